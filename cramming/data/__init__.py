@@ -1,0 +1,1 @@
+"""Pretraining data: sources, normalization and filters, tokenizer, packing, storage, MLM batches."""

@@ -1,0 +1,81 @@
+"""Document filters. Each one counts what it dropped, so the summary says where the text went."""
+
+import hashlib
+from collections import Counter
+
+import numpy as np
+
+from cramming.data.config import FilterConfig
+from cramming.data.sources import Document
+
+BAD_CHARACTERS = ("\ufffd", "\x00")  # undecodable bytes (replaced on read) and NULs: binary content
+MAX_LINE_CHARS = 8192  # longer lines are cut at whitespace: the tokenizer is fastest on short strings
+
+
+def split_long_line(line: str, limit: int = MAX_LINE_CHARS) -> list[str]:
+    """Cut a line into pieces of at most `limit` characters, at whitespace where there is some."""
+    pieces = []
+    while len(line) > limit:
+        cut = line.rfind(" ", limit // 2, limit)
+        cut = limit if cut < 0 else cut
+        pieces.append(line[:cut])
+        line = line[cut:]
+    pieces.append(line)
+    return pieces
+
+
+class DocumentFilter:
+    """The filters that need no tokenizer: length, bad bytes, exact duplicates, oversize documents."""
+
+    def __init__(self, cfg: FilterConfig, max_doc_chars: int):
+        self.cfg = cfg
+        self.max_doc_chars = max_doc_chars
+        self.seen_hashes: set[bytes] = set()
+        self.counts: Counter[str] = Counter()
+
+    def __call__(self, document: Document) -> list[Document]:
+        """The document's kept parts: [] if dropped, several if it was cut for length."""
+        self.counts["documents_read"] += 1
+        chars = sum(map(len, document))
+        if chars < self.cfg.min_chars or not any(line.strip() for line in document):
+            self.counts["dropped_too_short"] += 1
+            return []
+        bad = sum(line.count(char) for line in document for char in BAD_CHARACTERS)
+        if bad > self.cfg.max_bad_char_fraction * chars:
+            self.counts["dropped_bad_bytes"] += 1
+            return []
+        if self.cfg.deduplicate:
+            digest = hashlib.blake2b("\n".join(document).encode(errors="replace"), digest_size=16).digest()
+            if digest in self.seen_hashes:
+                self.counts["dropped_duplicate"] += 1
+                return []
+            self.seen_hashes.add(digest)
+        if any(len(line) > MAX_LINE_CHARS for line in document):
+            document = [piece for line in document for piece in split_long_line(line)]
+        if chars <= self.max_doc_chars:
+            return [document]
+        self.counts["cut_for_length"] += 1
+        return list(_cut_document(document, self.max_doc_chars))
+
+
+def _cut_document(document: Document, max_chars: int):
+    part, part_chars = [], 0
+    for line in document:
+        if part and part_chars + len(line) > max_chars:
+            yield part
+            part, part_chars = [], 0
+        part.append(line)
+        part_chars += len(line)
+    if part:
+        yield part
+
+
+def trash_mask(doc_tokens: np.ndarray, doc_chars: np.ndarray, cutoff: float | None) -> np.ndarray:
+    """True for documents to keep: at most `cutoff` tokens per character (None keeps all).
+
+    Text the tokenizer finds hard (tables, markup, foreign scripts, OCR noise) needs many tokens per
+    character; cramming drops it because it teaches the model little per step.
+    """
+    if cutoff is None:
+        return np.ones(len(doc_tokens), dtype=bool)
+    return doc_tokens <= cutoff * np.maximum(doc_chars, 1)

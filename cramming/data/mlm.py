@@ -1,0 +1,81 @@
+"""MLM batches: a dataset over the stored rows and a masking collator with an exact mask count per row."""
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from cramming.data.store import PreparedDataset
+from cramming.data.tokenizer import MASK_ID, SPECIAL_TOKENS
+from cramming.errors import CrammingError
+
+IGNORE_INDEX = -100  # label of every position that is not predicted
+
+
+class PackedRows(Dataset):
+    """Rows in training order: item i is stored row order[i], with its position i for seeding masks."""
+
+    def __init__(self, dataset: PreparedDataset):
+        self.rows = dataset.rows()
+        self.order = dataset.order()
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, position: int) -> dict:
+        return {"position": position, "input_ids": np.asarray(self.rows[self.order[position]])}
+
+
+def masked_count(seq_length: int, mlm_rate: float) -> int:
+    return round(mlm_rate * seq_length)
+
+
+class MLMCollator:
+    """Stack rows and mask exactly `round(mlm_rate * T)` positions per row, never a special token.
+
+    Of the chosen positions 80% become [MASK], 10% a random non-special token, 10% stay (BERT's rule).
+    The random state is derived from (seed, epoch, position of the batch's first row), so a batch is
+    the same whichever worker builds it and whenever a run resumes.
+
+    Returns int64 tensors: input_ids (B, T); labels (B, T), IGNORE_INDEX except at masked positions;
+    masked_positions (B, k), sorted, a static shape for sparse prediction. A row with fewer than k
+    maskable tokens still gets k positions; the extra ones keep their token and IGNORE_INDEX labels.
+    """
+
+    def __init__(self, vocab_size: int, mlm_rate: float = 0.25, seed: int = 0, epoch: int = 0):
+        if not 0.0 < mlm_rate < 1.0:
+            raise CrammingError(f"mlm_rate={mlm_rate} must be between 0 and 1")
+        self.vocab_size = vocab_size
+        self.mlm_rate = mlm_rate
+        self.seed = seed
+        self.epoch = epoch
+        self.first_regular_id = len(SPECIAL_TOKENS)
+
+    def __call__(self, items: list[dict]) -> dict[str, torch.Tensor]:
+        rows = np.stack([item["input_ids"] for item in items]).astype(np.int64)  # (B, T)
+        rng = np.random.default_rng([self.seed, self.epoch, items[0]["position"]])
+        input_ids, labels, positions = self.mask(rows, rng)
+        return {
+            "input_ids": torch.from_numpy(input_ids),
+            "labels": torch.from_numpy(labels),
+            "masked_positions": torch.from_numpy(positions),
+        }
+
+    def mask(self, rows: np.ndarray, rng: np.random.Generator):
+        batch, seq_length = rows.shape
+        k = masked_count(seq_length, self.mlm_rate)
+        maskable = rows >= self.first_regular_id
+        scores = rng.random((batch, seq_length))
+        scores[~maskable] = -1.0  # specials are chosen only when a row runs out of regular tokens
+        positions = np.sort(np.argpartition(-scores, k - 1, axis=1)[:, :k], axis=1)  # (B, k)
+        chosen_is_regular = np.take_along_axis(maskable, positions, axis=1)
+
+        labels = np.full_like(rows, IGNORE_INDEX)
+        chosen_tokens = np.take_along_axis(rows, positions, axis=1)
+        np.put_along_axis(labels, positions, np.where(chosen_is_regular, chosen_tokens, IGNORE_INDEX), axis=1)
+
+        action = rng.random((batch, k))  # < 0.8: [MASK]; < 0.9: random token; else: keep
+        random_tokens = rng.integers(self.first_regular_id, self.vocab_size, size=(batch, k))
+        replacement = np.where(action < 0.8, MASK_ID, np.where(action < 0.9, random_tokens, chosen_tokens))
+        input_ids = rows.copy()
+        np.put_along_axis(input_ids, positions, np.where(chosen_is_regular, replacement, chosen_tokens), axis=1)
+        return input_ids, labels, positions

@@ -1,0 +1,67 @@
+"""Encoded documents → [SEP]-separated token stream → fixed-length uint16 rows on disk."""
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+from tokenizers import Encoding
+
+from cramming.data.filters import trash_mask
+from cramming.data.tokenizer import SEP_ID
+
+
+@dataclass
+class TextBatch:
+    """Documents flattened into lines for the tokenizer, with the bookkeeping to regroup them."""
+
+    lines: list[str] = field(default_factory=list)
+    lines_per_doc: list[int] = field(default_factory=list)
+    chars_per_doc: list[int] = field(default_factory=list)
+
+    def add(self, document: list[str]) -> None:
+        self.lines.extend(document)
+        self.lines_per_doc.append(len(document))
+        self.chars_per_doc.append(sum(map(len, document)))
+
+
+def documents_to_stream(batch: TextBatch, encodings: list[Encoding], trash_cutoff: float | None):
+    """Join each kept document's tokens and end it with [SEP].
+
+    Returns (stream, documents kept, documents dropped as trash). Everything is vectorized: the only
+    per-token Python work is reading the ids out of the encodings.
+    """
+    line_tokens = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))
+    ids = np.fromiter(
+        itertools.chain.from_iterable(encoding.ids for encoding in encodings),
+        dtype=np.uint16,
+        count=int(line_tokens.sum()),
+    )
+    first_line = np.cumsum([0] + batch.lines_per_doc[:-1])
+    doc_tokens = np.add.reduceat(line_tokens, first_line) if len(encodings) else line_tokens
+    keep = trash_mask(doc_tokens, np.asarray(batch.chars_per_doc), trash_cutoff)
+    kept_ids = ids[np.repeat(keep, doc_tokens)]
+    doc_ends = np.cumsum(doc_tokens[keep])  # (kept docs,) offsets in kept_ids where each document ends
+    stream = np.insert(kept_ids, doc_ends, np.uint16(SEP_ID))
+    return stream, int(keep.sum()), int((~keep).sum())
+
+
+class RowWriter:
+    """Appends a token stream to a file as rows of `seq_length` uint16; the remainder waits for more."""
+
+    def __init__(self, path, seq_length: int):
+        self.file = open(path, "wb")
+        self.seq_length = seq_length
+        self.remainder = np.empty(0, dtype=np.uint16)
+        self.rows = 0
+
+    def write(self, stream: np.ndarray) -> None:
+        stream = np.concatenate([self.remainder, stream])
+        full = len(stream) // self.seq_length * self.seq_length
+        self.file.write(stream[:full].tobytes())
+        self.rows += full // self.seq_length
+        self.remainder = stream[full:]
+
+    def close(self) -> int:
+        """Close the file; returns how many trailing tokens (less than one row) were left out."""
+        self.file.close()
+        return len(self.remainder)

@@ -1,0 +1,227 @@
+"""The preparation pipeline: read → filter → train tokenizer → tokenize → pack → order → store.
+
+The tokenizer is trained on a bounded sample, then one streaming pass encodes everything. Three
+things overlap: a reader thread (datasets' streaming builders + filters), the tokenizer's own
+thread pool (Rust, all cores, GIL released), and a packer thread turning encodings into rows. Memory
+stays bounded by a few batches of `data.batch_mb` whatever the corpus size.
+"""
+
+import json
+import logging
+import queue
+import shutil
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from omegaconf import OmegaConf
+from tqdm import tqdm
+
+from cramming.data import store
+from cramming.data.config import DataConfig
+from cramming.data.filters import DocumentFilter
+from cramming.data.ordering import row_order
+from cramming.data.packing import RowWriter, TextBatch, documents_to_stream
+from cramming.data.sources import Document, Source, document_bytes
+from cramming.data.tokenizer import train_tokenizer
+from cramming.errors import CrammingError
+
+log = logging.getLogger(__name__)
+
+
+def prepare_dataset(cfg: DataConfig, cache_dir: str) -> tuple[store.PreparedDataset, bool]:
+    """Return the prepared dataset for `cfg`, building it unless the cache has it (second value: reused)."""
+    if cfg.seq_length < 2:
+        raise CrammingError(f"data.seq_length={cfg.seq_length} must be at least 2")
+    if cfg.batch_mb <= 0:
+        raise CrammingError(f"data.batch_mb={cfg.batch_mb} must be positive")
+    source = Source.from_config(cfg)
+    final_dir = store.dataset_dir(cache_dir, cfg, store.cache_key(cfg, source.fingerprint()))
+    if (final_dir / store.META_FILE).exists():
+        try:
+            return store.PreparedDataset.open(final_dir), True
+        except CrammingError as problem:
+            log.warning("%s; rebuilding it", problem)
+            shutil.rmtree(final_dir)
+    elif final_dir.exists():
+        shutil.rmtree(final_dir)  # no meta.json: never finished
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
+    store.remove_stale_builds(final_dir)
+    tmp = store.temporary_dir(final_dir)
+    try:
+        meta = _build(cfg, source, tmp)
+        (tmp / store.META_FILE).write_text(json.dumps(meta, indent=2))
+        store.publish(tmp, final_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return store.PreparedDataset.open(final_dir), False
+
+
+def _capped(documents: Iterable[Document], max_documents: int | None) -> Iterator[Document]:
+    for count, document in enumerate(documents):
+        if max_documents is not None and count >= max_documents:
+            return
+        yield document
+
+
+def _tokenizer_sample(cfg: DataConfig, source: Source) -> Iterator[str]:
+    """Lines of the first `train_sample_mb` of text that passes the tokenizer-free filters."""
+    sample_filter = DocumentFilter(cfg.filter, cfg.max_doc_chars)
+    budget = cfg.tokenizer.train_sample_mb * 1e6
+    for document in _capped(source.documents(), cfg.max_documents):
+        for part in sample_filter(document):
+            yield from part
+            budget -= sum(map(len, part))
+        if budget <= 0:
+            return
+
+
+def _batches(documents: Iterable[Document], doc_filter: DocumentFilter, batch_chars: float, progress):
+    batch = TextBatch()
+    chars = 0
+    for document in documents:
+        progress.update(document_bytes(document) + len(document))
+        for part in doc_filter(document):
+            batch.add(part)
+            chars += batch.chars_per_doc[-1]
+        if chars >= batch_chars:
+            yield batch
+            batch, chars = TextBatch(), 0
+    if batch.lines_per_doc:
+        yield batch
+
+
+def _prefetch(iterator: Iterator, depth: int = 2) -> Iterator:
+    """Run `iterator` in a background thread, `depth` items ahead; its exceptions surface here."""
+    items: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for item in iterator:
+                while not stop.is_set():
+                    try:
+                        items.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            items.put(done)
+        except BaseException as error:  # handed to the consumer
+            items.put(error)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        while (item := items.get()) is not done:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+
+
+def _build(cfg: DataConfig, source: Source, out: Path) -> dict:
+    started = time.perf_counter()
+    log.info("training a %s tokenizer (vocabulary %d) on up to %.0f MB of text",
+             cfg.tokenizer.kind, cfg.tokenizer.vocab_size, cfg.tokenizer.train_sample_mb)
+    tokenizer = train_tokenizer(_tokenizer_sample(cfg, source), cfg.tokenizer, cfg.normalize)
+    tokenizer.save(str(out / store.TOKENIZER_FILE))
+    tokenizer_seconds = time.perf_counter() - started
+
+    doc_filter = DocumentFilter(cfg.filter, cfg.max_doc_chars)
+    writer = RowWriter(out / store.ROWS_FILE, cfg.seq_length)
+    token_counts = np.zeros(tokenizer.get_vocab_size(), dtype=np.int64)
+    counts: Counter[str] = Counter()
+
+    def pack(batch: TextBatch, encodings) -> None:
+        stream, kept, trashed = documents_to_stream(batch, encodings, cfg.filter.trash_cutoff)
+        counts["documents_kept"] += kept
+        counts["dropped_trash"] += trashed
+        counts["tokens"] += len(stream)
+        token_counts[:] += np.bincount(stream, minlength=len(token_counts))
+        writer.write(stream)
+
+    progress = tqdm(total=source.total_bytes(), unit="B", unit_scale=True, desc="tokenizing", mininterval=1.0)
+    documents = _capped(source.documents(), cfg.max_documents)
+    pending = None
+    with ThreadPoolExecutor(max_workers=1) as packer:
+        for batch in _prefetch(_batches(documents, doc_filter, cfg.batch_mb * 1e6, progress)):
+            encodings = tokenizer.encode_batch_fast(batch.lines, add_special_tokens=False)
+            if pending is not None:
+                pending.result()
+            pending = packer.submit(pack, batch, encodings)
+        if pending is not None:
+            pending.result()
+    progress.close()
+    tail_tokens = writer.close()
+    counts.update(doc_filter.counts)
+
+    if counts["documents_kept"] == 0:
+        raise CrammingError(f"no documents left after filtering ({_dropped_summary(counts)})")
+    if writer.rows == 0:
+        raise CrammingError(
+            f"the corpus gives {counts['tokens']} tokens, fewer than one row of data.seq_length={cfg.seq_length}"
+        )
+    order = row_order(cfg.ordering, out / store.ROWS_FILE, writer.rows, cfg.seq_length, token_counts, cfg.seed)
+    np.save(out / store.ORDER_FILE, order)
+    np.save(out / store.COUNTS_FILE, token_counts)
+    seconds = time.perf_counter() - started
+    input_bytes = progress.n
+    return {
+        "format_version": store.FORMAT_VERSION,
+        "name": cfg.name,
+        "config": OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True),
+        "source": source.fingerprint(),
+        "seq_length": cfg.seq_length,
+        "vocab_size": tokenizer.get_vocab_size(),
+        "num_rows": writer.rows,
+        "tokens_packed": writer.rows * cfg.seq_length,
+        "tail_tokens_dropped": tail_tokens,
+        "documents": {
+            "read": counts["documents_read"],
+            "kept": counts["documents_kept"],
+            "cut_for_length": counts["cut_for_length"],
+            "dropped": {reason: counts[f"dropped_{reason}"] for reason in DROP_REASONS},
+        },
+        "input_megabytes": round(input_bytes / 1e6, 3),
+        "seconds": {"total": round(seconds, 2), "tokenizer_training": round(tokenizer_seconds, 2)},
+        "megabytes_per_second": round(input_bytes / 1e6 / seconds, 3),
+        "sha256": {
+            name: store.file_sha256(out / name) for name in (store.ROWS_FILE, store.ORDER_FILE, store.TOKENIZER_FILE)
+        },
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+DROP_REASONS = ("too_short", "bad_bytes", "duplicate", "trash")
+
+
+def _dropped_summary(counts: Counter) -> str:
+    dropped = ", ".join(f"{reason} {counts[f'dropped_{reason}']}" for reason in DROP_REASONS)
+    return f"read {counts['documents_read']} documents; dropped: {dropped}"
+
+
+def format_summary(dataset: store.PreparedDataset, reused: bool, seconds: float) -> str:
+    meta = dataset.meta
+    docs = meta["documents"]
+    dropped = ", ".join(f"{reason} {count}" for reason, count in docs["dropped"].items())
+    lines = [
+        f"dataset   {dataset.path}",
+        f"status    {'reused from cache (prepared ' + meta['created'] + ')' if reused else 'prepared now'}"
+        + f" in {seconds:.1f} s",
+        f"text      {meta['input_megabytes']:.1f} MB read; documents: read {docs['read']}, kept {docs['kept']}, "
+        f"dropped {sum(docs['dropped'].values())} ({dropped}); {docs['cut_for_length']} cut for length",
+        f"tokens    {meta['tokens_packed']:,} in {meta['num_rows']:,} rows of {meta['seq_length']} "
+        f"({meta['tail_tokens_dropped']} tail tokens left out); vocabulary {meta['vocab_size']}",
+        f"order     {meta['config']['ordering']} (seed {meta['config']['seed']})",
+        f"speed     {meta['megabytes_per_second']:.2f} MB/s end to end when prepared "
+        f"({meta['seconds']['total']:.1f} s, of which tokenizer training {meta['seconds']['tokenizer_training']:.1f} s)",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,129 @@
+"""The prepared-dataset cache: one directory per (data config, tokenizer config, source, format version).
+
+A directory is built under a temporary name and renamed into place only when complete, so an
+interrupted or failed preparation never leaves anything a later run would trust.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from cramming.data.config import DataConfig
+from cramming.errors import CrammingError
+
+FORMAT_VERSION = 1
+EXECUTION_ONLY_KEYS = ("batch_mb",)  # change how fast, not what is produced
+ROWS_FILE, ORDER_FILE, COUNTS_FILE, TOKENIZER_FILE, META_FILE = (
+    "rows.bin",
+    "order.npy",
+    "token_counts.npy",
+    "tokenizer.json",
+    "meta.json",
+)
+
+
+def cache_key(cfg: DataConfig, source_fingerprint: dict) -> str:
+    settings = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    for key in EXECUTION_ONLY_KEYS:
+        settings.pop(key)
+    blob = json.dumps({"format": FORMAT_VERSION, "data": settings, "source": source_fingerprint}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def dataset_dir(cache_dir: str, cfg: DataConfig, key: str) -> Path:
+    return Path(os.path.expanduser(cache_dir)) / "data" / f"{cfg.name}-{key}"
+
+
+def file_sha256(path: Path, chunk_bytes: int = 1 << 24) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(chunk_bytes):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass
+class PreparedDataset:
+    """A finished dataset directory: rows (memory-mapped), their training order, and the tokenizer."""
+
+    path: Path
+    meta: dict
+
+    @classmethod
+    def open(cls, path: str | Path) -> "PreparedDataset":
+        """Open a complete dataset directory; raise CrammingError if it is missing, partial or stale."""
+        path = Path(path)
+        try:
+            meta = json.loads((path / META_FILE).read_text())
+        except FileNotFoundError:
+            raise CrammingError(f"no prepared dataset at {path} (meta.json missing)") from None
+        except json.JSONDecodeError as error:
+            raise CrammingError(f"{path / META_FILE} is corrupt: {error}") from None
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise CrammingError(f"{path} has format {meta.get('format_version')}, expected {FORMAT_VERSION}")
+        expected = meta["num_rows"] * meta["seq_length"] * 2
+        actual = (path / ROWS_FILE).stat().st_size if (path / ROWS_FILE).exists() else -1
+        if actual != expected:
+            raise CrammingError(f"{path / ROWS_FILE} has {actual} bytes, expected {expected}: the dataset is damaged")
+        return cls(path, meta)
+
+    @property
+    def num_rows(self) -> int:
+        return self.meta["num_rows"]
+
+    @property
+    def seq_length(self) -> int:
+        return self.meta["seq_length"]
+
+    @property
+    def tokenizer_path(self) -> Path:
+        return self.path / TOKENIZER_FILE
+
+    def rows(self) -> np.ndarray:
+        """All rows, (num_rows, seq_length) uint16, memory-mapped read-only."""
+        return np.memmap(self.path / ROWS_FILE, dtype=np.uint16, mode="r", shape=(self.num_rows, self.seq_length))
+
+    def order(self) -> np.ndarray:
+        return np.load(self.path / ORDER_FILE, mmap_mode="r")
+
+
+def remove_stale_builds(final_dir: Path) -> None:
+    """Delete temporary build directories of this dataset left by processes that no longer exist."""
+    for stale in final_dir.parent.glob(f".{final_dir.name}.tmp-*"):
+        pid = int(stale.name.rsplit("-", 1)[1])
+        if not _process_alive(pid):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def temporary_dir(final_dir: Path) -> Path:
+    tmp = final_dir.parent / f".{final_dir.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def publish(tmp: Path, final_dir: Path) -> None:
+    """Atomically move a finished build into place (another process may have finished first)."""
+    try:
+        os.rename(tmp, final_dir)
+    except OSError:
+        if (final_dir / META_FILE).exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            raise

@@ -1,0 +1,34 @@
+"""Shared test set-up: offline hub, offline W&B, a private cache, and fast CPU math."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+
+import torch  # noqa: E402
+
+torch.set_flush_denormal(True)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    """A fresh dataset cache, also exported for subprocesses."""
+    path = tmp_path / "cache"
+    monkeypatch.setenv("CRAMMING_CACHE", str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def gutenberg_valid() -> Path:
+    path = SHARED_DATA / "corpus" / "gutenberg_en" / "valid-000.txt.gz"
+    if not path.exists():
+        pytest.skip(f"shared corpus not found at {path}")
+    return path

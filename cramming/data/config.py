@@ -21,7 +21,7 @@ class NormalizeConfig:
 class FilterConfig:
     """Document filters; each one counts what it dropped."""
 
-    min_chars: int = 32  # drop documents shorter than this (after whitespace strip)
+    min_chars: int = 32  # drop documents with fewer characters
     trash_cutoff: Optional[float] = 0.3  # drop documents with more tokens per character; null disables
     deduplicate: bool = True  # drop exact repeats (by content hash)
     max_bad_char_fraction: float = 0.01  # drop documents whose text is this much U+FFFD/NUL (binary, bad bytes)
@@ -32,7 +32,7 @@ class TokenizerConfig:
     kind: str = "wordpiece"  # wordpiece | bpe | unigram
     vocab_size: int = 32768
     min_frequency: int = 2
-    train_sample_mb: float = 24.0  # the tokenizer is trained on the first this-many MB of kept text
+    train_sample_mb: float = 16.0  # the tokenizer is trained on the first this-many MB of kept text
 
 
 @dataclass
@@ -58,7 +58,7 @@ class DataConfig:
     ordering: str = "shuffle"  # shuffle | frequency_curriculum | corpus
     seed: int = 0
     # Execution only (not part of the cache key): batch size of text handed to the tokenizer.
-    batch_mb: float = 4.0
+    batch_mb: float = 2.0
 
 
 ConfigStore.instance().store(group="data", name="schema", node=DataConfig)

@@ -12,7 +12,11 @@ IGNORE_INDEX = -100  # label of every position that is not predicted
 
 
 class PackedRows(Dataset):
-    """Rows in training order: item i is stored row order[i], with its position i for seeding masks."""
+    """Rows in training order: position p is stored row order[p mod N].
+
+    Positions past the end wrap around into the next epoch; the collator seeds masks by position, so
+    every epoch masks the same rows differently.
+    """
 
     def __init__(self, dataset: PreparedDataset):
         self.rows = dataset.rows()
@@ -22,7 +26,10 @@ class PackedRows(Dataset):
         return len(self.order)
 
     def __getitem__(self, position: int) -> dict:
-        return {"position": position, "input_ids": np.asarray(self.rows[self.order[position]])}
+        return {"position": position, "input_ids": np.asarray(self.rows[self.order[position % len(self.order)]])}
+
+    def batch(self, start: int, size: int) -> list[dict]:
+        return [self[position] for position in range(start, start + size)]
 
 
 def masked_count(seq_length: int, mlm_rate: float) -> int:
@@ -33,26 +40,25 @@ class MLMCollator:
     """Stack rows and mask exactly `round(mlm_rate * T)` positions per row, never a special token.
 
     Of the chosen positions 80% become [MASK], 10% a random non-special token, 10% stay (BERT's rule).
-    The random state is derived from (seed, epoch, position of the batch's first row), so a batch is
-    the same whichever worker builds it and whenever a run resumes.
+    The random state is derived from (seed, position of the batch's first row), so a batch is the same
+    whichever worker builds it and whenever a run resumes.
 
     Returns int64 tensors: input_ids (B, T); labels (B, T), IGNORE_INDEX except at masked positions;
     masked_positions (B, k), sorted, a static shape for sparse prediction. A row with fewer than k
     maskable tokens still gets k positions; the extra ones keep their token and IGNORE_INDEX labels.
     """
 
-    def __init__(self, vocab_size: int, mlm_rate: float = 0.25, seed: int = 0, epoch: int = 0):
+    def __init__(self, vocab_size: int, mlm_rate: float = 0.25, seed: int = 0):
         if not 0.0 < mlm_rate < 1.0:
             raise CrammingError(f"mlm_rate={mlm_rate} must be between 0 and 1")
         self.vocab_size = vocab_size
         self.mlm_rate = mlm_rate
         self.seed = seed
-        self.epoch = epoch
         self.first_regular_id = len(SPECIAL_TOKENS)
 
     def __call__(self, items: list[dict]) -> dict[str, torch.Tensor]:
         rows = np.stack([item["input_ids"] for item in items]).astype(np.int64)  # (B, T)
-        rng = np.random.default_rng([self.seed, self.epoch, items[0]["position"]])
+        rng = np.random.default_rng([self.seed, items[0]["position"]])
         input_ids, labels, positions = self.mask(rows, rng)
         return {
             "input_ids": torch.from_numpy(input_ids),

@@ -26,7 +26,7 @@ from cramming.data.config import DataConfig
 from cramming.data.filters import DocumentFilter
 from cramming.data.ordering import row_order
 from cramming.data.packing import RowWriter, TextBatch, documents_to_stream
-from cramming.data.sources import Document, Source, document_bytes
+from cramming.data.sources import Document, Source
 from cramming.data.tokenizer import train_tokenizer
 from cramming.errors import CrammingError
 
@@ -84,7 +84,7 @@ def _batches(documents: Iterable[Document], doc_filter: DocumentFilter, batch_ch
     batch = TextBatch()
     chars = 0
     for document in documents:
-        progress.update(document_bytes(document) + len(document))
+        progress.update(sum(map(len, document)) + len(document))  # characters, ≈ bytes of English text
         for part in doc_filter(document):
             batch.add(part)
             chars += batch.chars_per_doc[-1]
@@ -173,7 +173,8 @@ def _build(cfg: DataConfig, source: Source, out: Path) -> dict:
     np.save(out / store.ORDER_FILE, order)
     np.save(out / store.COUNTS_FILE, token_counts)
     seconds = time.perf_counter() - started
-    input_bytes = progress.n
+    whole_source = source.total_bytes() if cfg.max_documents is None else None
+    input_bytes = whole_source or progress.n  # the progress count misses blank lines between documents
     return {
         "format_version": store.FORMAT_VERSION,
         "name": cfg.name,
@@ -188,6 +189,7 @@ def _build(cfg: DataConfig, source: Source, out: Path) -> dict:
             "read": counts["documents_read"],
             "kept": counts["documents_kept"],
             "cut_for_length": counts["cut_for_length"],
+            "pieces_from_cuts": counts["pieces_from_cuts"],
             "dropped": {reason: counts[f"dropped_{reason}"] for reason in DROP_REASONS},
         },
         "input_megabytes": round(input_bytes / 1e6, 3),
@@ -216,8 +218,10 @@ def format_summary(dataset: store.PreparedDataset, reused: bool, seconds: float)
         f"dataset   {dataset.path}",
         f"status    {'reused from cache (prepared ' + meta['created'] + ')' if reused else 'prepared now'}"
         + f" in {seconds:.1f} s",
-        f"text      {meta['input_megabytes']:.1f} MB read; documents: read {docs['read']}, kept {docs['kept']}, "
-        f"dropped {sum(docs['dropped'].values())} ({dropped}); {docs['cut_for_length']} cut for length",
+        f"text      {meta['input_megabytes']:.1f} MB read; documents: read {docs['read']}"
+        + (f" (+{docs['pieces_from_cuts']} pieces from cutting {docs['cut_for_length']} long ones)"
+           if docs["cut_for_length"] else "")
+        + f", kept {docs['kept']}, dropped {sum(docs['dropped'].values())} ({dropped})",
         f"tokens    {meta['tokens_packed']:,} in {meta['num_rows']:,} rows of {meta['seq_length']} "
         f"({meta['tail_tokens_dropped']} tail tokens left out); vocabulary {meta['vocab_size']}",
         f"order     {meta['config']['ordering']} (seed {meta['config']['seed']})",

@@ -158,13 +158,13 @@ class Source:
         if self.cfg.sample_by == "line":
             for batch in batches:
                 for line in batch["text"]:
-                    if line.strip():
+                    if line and not line.isspace():
                         yield [line]
             return
         document: Document = []
         for batch in batches:
             for line in batch["text"]:
-                if line.strip():
+                if line and not line.isspace():
                     document.append(line)
                 elif document:
                     yield document
@@ -191,8 +191,3 @@ class Source:
         except Exception as error:  # offline, unknown name, no such split: the hub client's own message says which
             raise CrammingError(f"cannot load {where}: {type(error).__name__}: {error}") from None
         yield from self._split_records(stream.iter(batch_size=READ_BATCH_ROWS), where)
-
-
-def document_bytes(document: Document) -> int:
-    """UTF-8 size of a document's lines (ASCII lines are measured without encoding)."""
-    return sum(len(line) if line.isascii() else len(line.encode()) for line in document)

@@ -1,11 +1,13 @@
 """The preparation pipeline: read → filter → train tokenizer → tokenize → pack → order → store.
 
 The tokenizer is trained on a bounded sample, then one streaming pass encodes everything. Three
-things overlap: a reader thread (datasets' streaming builders + filters), the tokenizer's own
-thread pool (Rust, all cores, GIL released), and a packer thread turning encodings into rows. Memory
-stays bounded by a few batches of `data.batch_mb` whatever the corpus size.
+things overlap: a reader thread (datasets' streaming builders + filters), two encodings on the
+tokenizer's own thread pool (Rust, all cores, GIL released), and the main thread turning finished
+encodings into rows. Memory stays bounded by a few batches of `data.batch_mb` whatever the corpus size.
 """
 
+import collections
+import functools
 import json
 import logging
 import queue
@@ -31,6 +33,7 @@ from cramming.data.tokenizer import train_tokenizer
 from cramming.errors import CrammingError
 
 log = logging.getLogger(__name__)
+ENCODES_IN_FLIGHT = 2
 
 
 def prepare_dataset(cfg: DataConfig, cache_dir: str) -> tuple[store.PreparedDataset, bool]:
@@ -127,6 +130,11 @@ def _prefetch(iterator: Iterator, depth: int = 2) -> Iterator:
         stop.set()
 
 
+def _finished(item):
+    batch, encodings = item
+    return batch, encodings.result()
+
+
 def _build(cfg: DataConfig, source: Source, out: Path) -> dict:
     started = time.perf_counter()
     log.info("training a %s tokenizer (vocabulary %d) on up to %.0f MB of text",
@@ -150,15 +158,17 @@ def _build(cfg: DataConfig, source: Source, out: Path) -> dict:
 
     progress = tqdm(total=source.total_bytes(), unit="B", unit_scale=True, desc="tokenizing", mininterval=1.0)
     documents = _capped(source.documents(), cfg.max_documents)
-    pending = None
-    with ThreadPoolExecutor(max_workers=1) as packer:
+    encode = functools.partial(tokenizer.encode_batch_fast, add_special_tokens=False)
+    in_flight: collections.deque = collections.deque()
+    # Two encodings in flight keep the tokenizer's thread pool busy across batch boundaries while this
+    # thread packs finished batches, in order.
+    with ThreadPoolExecutor(max_workers=ENCODES_IN_FLIGHT) as encoders:
         for batch in _prefetch(_batches(documents, doc_filter, cfg.batch_mb * 1e6, progress)):
-            encodings = tokenizer.encode_batch_fast(batch.lines, add_special_tokens=False)
-            if pending is not None:
-                pending.result()
-            pending = packer.submit(pack, batch, encodings)
-        if pending is not None:
-            pending.result()
+            in_flight.append((batch, encoders.submit(encode, batch.lines)))
+            if len(in_flight) > ENCODES_IN_FLIGHT:
+                pack(*_finished(in_flight.popleft()))
+        while in_flight:
+            pack(*_finished(in_flight.popleft()))
     progress.close()
     tail_tokens = writer.close()
     counts.update(doc_filter.counts)

@@ -1,0 +1,114 @@
+"""GPU profiles: what a budget means on a given card (peak FLOP/s, precision, memory, defaults) and MFU."""
+
+import logging
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from cramming.errors import CrammingError
+
+log = logging.getLogger(__name__)
+PRECISIONS = ("bf16", "fp16", "fp32")
+
+
+@dataclass
+class GpuProfile:
+    name: str = MISSING
+    device: str = "cuda"  # cuda | cpu
+    match: list[str] = field(default_factory=list)  # substrings of torch.cuda.get_device_name() for detection
+    memory_gb: float = 0.0
+    peak_tflops: Optional[float] = None  # dense tensor throughput at `precision`; None: unknown (no MFU)
+    precision: str = "bf16"  # bf16 | fp16 (with loss scaling) | fp32
+    microbatch_size: int = 128
+    compile: bool = True
+    num_workers: int = 2  # data-loader processes
+
+
+ConfigStore.instance().store(group="gpu", name="schema", node=GpuProfile)
+
+
+def check_profile(profile: GpuProfile) -> None:
+    if profile.device not in ("cuda", "cpu"):
+        raise CrammingError(f"gpu.device={profile.device!r} must be cuda or cpu")
+    if profile.precision not in PRECISIONS:
+        raise CrammingError(f"gpu.precision={profile.precision!r} must be one of {', '.join(PRECISIONS)}")
+    if profile.microbatch_size < 1:
+        raise CrammingError(f"gpu.microbatch_size={profile.microbatch_size} must be positive")
+    if profile.device == "cuda" and not torch.cuda.is_available():
+        raise CrammingError(f"gpu={profile.name} needs a CUDA GPU and none is available; use gpu=cpu or gpu=auto")
+    if profile.precision == "bf16" and profile.device == "cuda" and not torch.cuda.is_bf16_supported():
+        raise CrammingError(f"gpu={profile.name} asks for bf16, which {torch.cuda.get_device_name()} lacks")
+
+
+def resolve_auto(profile: GpuProfile, known: dict[str, GpuProfile]) -> GpuProfile:
+    """For gpu=auto: the known profile whose `match` names the detected card (or cpu without a GPU)."""
+    if profile.name != "auto":
+        return profile
+    if not torch.cuda.is_available():
+        return known["cpu"]
+    detected = torch.cuda.get_device_name()
+    for candidate in known.values():
+        if any(pattern.lower() in detected.lower() for pattern in candidate.match):
+            return candidate
+    log.warning("no profile matches %s; using its reported memory and no peak FLOP/s (no MFU)", detected)
+    return GpuProfile(
+        name=f"auto:{detected}",
+        memory_gb=round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1),
+        precision="bf16" if torch.cuda.is_bf16_supported() else "fp16",
+    )
+
+
+def warn_if_mismatched(profile: GpuProfile) -> None:
+    """Running a profile on another card is allowed (that is what budget scaling is for), but say so."""
+    if profile.device != "cuda" or not profile.match:
+        return
+    detected = torch.cuda.get_device_name()
+    if not any(pattern.lower() in detected.lower() for pattern in profile.match):
+        log.warning("gpu=%s is a profile for %s, but this is %s", profile.name, "/".join(profile.match), detected)
+
+
+def model_flops_utilization(tokens_per_second: float, flops_per_token: float, peak_tflops: float | None):
+    """Achieved model FLOP/s over the device's peak, or None where the peak is unknown."""
+    if not peak_tflops:
+        return None
+    return tokens_per_second * flops_per_token / (peak_tflops * 1e12)
+
+
+def known_profiles() -> dict[str, GpuProfile]:
+    """Every profile in configs/gpu (except auto), checked against the schema."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    profiles = {}
+    for path in sorted((Path(__file__).resolve().parents[1] / "configs" / "gpu").glob("*.yaml")):
+        settings = OmegaConf.load(path)
+        settings.pop("defaults", None)
+        if path.stem != "auto":
+            profiles[path.stem] = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(GpuProfile), settings))
+    return profiles
+
+
+def budget_seconds(budget_hours: float, scaling: str, profile: GpuProfile, device_profile: GpuProfile) -> float:
+    """Wall-clock seconds of training for a budget in GPU-hours.
+
+    scaling=peak runs for budget × profile peak / this device's peak: the same peak-FLOP budget as the
+    chosen profile (e.g. a 2080 Ti day on an H100). An approximation: achieved and peak speed differ.
+    """
+    if scaling == "none":
+        return budget_hours * 3600
+    if scaling != "peak":
+        raise CrammingError(f"budget_scaling={scaling!r} must be none or peak")
+    if not profile.peak_tflops or not device_profile.peak_tflops:
+        raise CrammingError(
+            f"budget_scaling=peak needs the peak FLOP/s of gpu={profile.name} and of this device "
+            f"({device_profile.name}); at least one is unknown"
+        )
+    seconds = budget_hours * 3600 * profile.peak_tflops / device_profile.peak_tflops
+    log.info("budget_scaling=peak: %.2f h on %s (%.1f TFLOP/s) = %.2f h on %s (%.1f TFLOP/s)",
+             budget_hours, profile.name, profile.peak_tflops, seconds / 3600, device_profile.name,
+             device_profile.peak_tflops)
+    return seconds

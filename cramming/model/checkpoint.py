@@ -1,0 +1,145 @@
+"""Checkpoint directories: model.safetensors + config.json + the tokenizer, loaded without unpickling code.
+
+config.json holds {"format": "cramming", "task": "masked-lm" | "sequence-classification", "vocab_size",
+"num_labels" (classifiers only), "arch": {ModelConfig}}; `export_to_transformers` turns such a directory into
+one that `transformers` loads.
+"""
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import PreTrainedTokenizerFast
+
+from ..errors import CrammingError
+from .config import ModelConfig, as_model_config
+from .factory import build_classifier
+from .modeling import CrammedForMaskedLM, CrammedForSequenceClassification
+
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+TOKENIZER_NAME = "tokenizer.json"
+_TASKS = {CrammedForMaskedLM: "masked-lm", CrammedForSequenceClassification: "sequence-classification"}
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The plain model inside torch.compile and DistributedDataParallel wrappers."""
+    while True:
+        if hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif isinstance(model, nn.parallel.DistributedDataParallel):
+            model = model.module
+        else:
+            return model
+
+
+def save_pretrained(model: nn.Module, directory: str | os.PathLike, tokenizer: PreTrainedTokenizerFast):
+    """Write `model` (masked-LM or classifier, compiled or not) and its tokenizer into `directory`."""
+    model = unwrap(model)
+    if type(model) not in _TASKS:
+        raise TypeError(f"cannot save a {type(model).__name__}: expected a crammed masked-LM or classifier")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    # A submodule compiled on its own still leaves `_orig_mod.` inside its keys: drop it.
+    state = model.state_dict()
+    state = {key.replace("_orig_mod.", ""): value.detach().cpu().contiguous() for key, value in state.items()}
+    config = {
+        "format": "cramming",
+        "task": _TASKS[type(model)],
+        "vocab_size": model.vocab_size,
+        "arch": dataclasses.asdict(model.config),
+    }
+    if isinstance(model, CrammedForSequenceClassification):
+        config["num_labels"] = model.num_labels
+    # Write to temporary names, then rename: a crash mid-save never leaves a half-written checkpoint file.
+    save_file(state, directory / (WEIGHTS_NAME + ".tmp"), metadata={"format": "pt"})
+    os.replace(directory / (WEIGHTS_NAME + ".tmp"), directory / WEIGHTS_NAME)
+    (directory / (CONFIG_NAME + ".tmp")).write_text(json.dumps(config, indent=2) + "\n")
+    os.replace(directory / (CONFIG_NAME + ".tmp"), directory / CONFIG_NAME)
+    tokenizer.save_pretrained(directory)
+
+
+def load_pretrained(directory: str | os.PathLike) -> tuple[nn.Module, PreTrainedTokenizerFast]:
+    """The model saved in `directory` (masked-LM, or classifier if one was saved), in eval mode, and its
+    tokenizer."""
+    meta, cfg = read_config(directory)
+    if meta["task"] == "masked-lm":
+        model = CrammedForMaskedLM(cfg, meta["vocab_size"])
+    else:
+        model = CrammedForSequenceClassification(cfg, meta["vocab_size"], meta["num_labels"])
+    _load_weights(model, read_weights(directory), directory)
+    return model.eval(), read_tokenizer(directory)
+
+
+def build_classifier_from_pretrained(
+    directory: str | os.PathLike, num_labels: int, dropout: float = 0.1
+) -> tuple[CrammedForSequenceClassification, PreTrainedTokenizerFast]:
+    """Encoder weights from a checkpoint, a fresh [CLS] head with `num_labels` outputs; `dropout` in the
+    encoder and the head (the checkpoint's pretraining value is replaced)."""
+    meta, cfg = read_config(directory)
+    cfg = as_model_config(dataclasses.replace(cfg, dropout=dropout))
+    model = build_classifier(cfg, meta["vocab_size"], num_labels)
+    encoder = {k: v for k, v in read_weights(directory).items() if k.startswith("bert.")}
+    _load_weights(model.bert, {k.removeprefix("bert."): v for k, v in encoder.items()}, directory)
+    return model, read_tokenizer(directory)
+
+
+def read_config(directory: str | os.PathLike) -> tuple[dict, ModelConfig]:
+    """config.json of a checkpoint directory, checked, and its arch as a ModelConfig."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CrammingError(f"checkpoint directory not found: {directory}")
+    path = directory / CONFIG_NAME
+    if not path.is_file():
+        raise CrammingError(f"{path} is missing: not a checkpoint directory")
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CrammingError(f"{path} is not valid JSON ({error})") from None
+    if not isinstance(meta, dict) or meta.get("format") != "cramming":
+        raise CrammingError(f"{path} is not a cramming checkpoint (exported models load with transformers)")
+    if meta.get("task") not in _TASKS.values():
+        raise CrammingError(f"{path}: unknown task {meta.get('task')!r}")
+    try:
+        cfg = as_model_config(meta["arch"])
+    except CrammingError as error:
+        raise CrammingError(f"{path}: {error}") from None
+    if meta["task"] == "sequence-classification" and not isinstance(meta.get("num_labels"), int):
+        raise CrammingError(f"{path}: a classifier checkpoint needs an integer num_labels")
+    if not isinstance(meta.get("vocab_size"), int):
+        raise CrammingError(f"{path}: vocab_size missing")
+    return meta, cfg
+
+
+def read_weights(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
+    path = Path(directory) / WEIGHTS_NAME
+    if not path.is_file():
+        raise CrammingError(f"{path} is missing")
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError) as error:
+        raise CrammingError(f"{path} is corrupt or unreadable ({error})") from None
+
+
+def read_tokenizer(directory: str | os.PathLike) -> PreTrainedTokenizerFast:
+    path = Path(directory) / TOKENIZER_NAME
+    if not path.is_file():
+        raise CrammingError(f"{path} is missing: the checkpoint has no tokenizer")
+    try:
+        return PreTrainedTokenizerFast.from_pretrained(str(directory))
+    except Exception as error:  # tokenizers raises its own exception types for a damaged file
+        message = f"cannot load the tokenizer in {directory} ({type(error).__name__}: {error})"
+        raise CrammingError(" ".join(message.split())) from None
+
+
+def _load_weights(module: nn.Module, state: dict[str, torch.Tensor], directory) -> None:
+    try:
+        module.load_state_dict(state, strict=True)
+    except RuntimeError as error:
+        summary = " ".join(str(error).split())[:300]
+        raise CrammingError(f"weights in {directory} do not match its config.json: {summary}") from None

@@ -1,0 +1,136 @@
+"""Export a checkpoint directory to one that `transformers` loads.
+
+The BERT layout (post-LN, GELU FFN, biases, learned positions, head transform, no final norm) maps onto the
+native BertForMaskedLM / BertForSequenceClassification. Any other layout, crammed-bert included, is written
+as remote code: our own modules next to config.json, loaded with `trust_remote_code=True`.
+"""
+
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification
+from transformers.dynamic_module_utils import get_relative_import_files
+
+from ..errors import CrammingError
+from . import modeling_crammed_bert
+from .checkpoint import load_pretrained
+from .configuration_crammed_bert import CrammedBertConfig
+from .modeling import CrammedForMaskedLM
+
+
+def export_to_transformers(directory_in: str | os.PathLike, directory_out: str | os.PathLike) -> None:
+    """Write the checkpoint in `directory_in` (masked-LM or classifier) and its tokenizer to `directory_out`
+    in a layout `transformers` loads (see the module docstring)."""
+    if Path(directory_out).resolve() == Path(directory_in).resolve():
+        raise CrammingError(f"export into the checkpoint directory itself ({directory_in}): choose another")
+    model, tokenizer = load_pretrained(directory_in)
+    if is_bert_layout(model.config):
+        _as_native_bert(model).save_pretrained(directory_out)
+    else:
+        _save_remote_code(model, directory_out)
+    tokenizer.save_pretrained(directory_out)
+
+
+def is_bert_layout(cfg) -> bool:
+    """Whether the architecture is exactly what transformers' BERT computes."""
+    return (
+        cfg.norm_scheme == "post"
+        and cfg.ffn == "gelu"
+        and cfg.bias
+        and cfg.positions == "learned"
+        and cfg.head_transform
+        and not cfg.final_norm
+    )
+
+
+def _as_native_bert(model):
+    cfg, is_mlm = model.config, isinstance(model, CrammedForMaskedLM)
+    config = BertConfig(
+        vocab_size=model.vocab_size,
+        hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        intermediate_size=cfg.intermediate_size,
+        hidden_act="gelu",
+        hidden_dropout_prob=cfg.dropout,
+        attention_probs_dropout_prob=cfg.dropout,
+        max_position_embeddings=cfg.max_position_embeddings,
+        type_vocab_size=2,  # both rows zero: segment ids change nothing, as in our model
+        initializer_range=cfg.init_std,
+        layer_norm_eps=cfg.norm_eps,
+        pad_token_id=0,
+    )
+    if is_mlm:
+        hf_model = BertForMaskedLM(config)
+    else:
+        config.num_labels = model.num_labels
+        config.problem_type = "regression" if model.num_labels == 1 else "single_label_classification"
+        hf_model = BertForSequenceClassification(config)
+    hf_model.load_state_dict(_native_bert_state(model, is_mlm), strict=True)
+    return hf_model
+
+
+def _native_bert_state(model, is_mlm: bool) -> dict[str, torch.Tensor]:
+    """Our state dict under transformers' BERT names (the fused qkv split into query, key, value)."""
+    ours = model.state_dict()
+    H = model.config.hidden_size
+    state = {
+        "bert.embeddings.word_embeddings.weight": ours["bert.embeddings.word_embeddings.weight"],
+        "bert.embeddings.position_embeddings.weight": ours["bert.embeddings.position_embeddings.weight"],
+        "bert.embeddings.token_type_embeddings.weight": torch.zeros(2, H),
+        "bert.embeddings.LayerNorm.weight": ours["bert.embeddings.LayerNorm.weight"],
+        "bert.embeddings.LayerNorm.bias": ours["bert.embeddings.LayerNorm.bias"],
+    }
+    renames = {
+        "attention.dense": "attention.output.dense",
+        "attention_norm": "attention.output.LayerNorm",
+        "ffn.intermediate": "intermediate.dense",
+        "ffn.output": "output.dense",
+        "ffn_norm": "output.LayerNorm",
+    }
+    for i in range(model.config.num_layers):
+        src, dst = f"bert.layer.{i}.", f"bert.encoder.layer.{i}."
+        for param in ("weight", "bias"):
+            query, key, value = ours[f"{src}attention.qkv.{param}"].split(H)
+            state[f"{dst}attention.self.query.{param}"] = query
+            state[f"{dst}attention.self.key.{param}"] = key
+            state[f"{dst}attention.self.value.{param}"] = value
+            for old, new in renames.items():
+                state[f"{dst}{new}.{param}"] = ours[f"{src}{old}.{param}"]
+    if is_mlm:
+        for param in ("weight", "bias"):
+            state[f"cls.predictions.transform.dense.{param}"] = ours[f"cls.transform.dense.{param}"]
+            state[f"cls.predictions.transform.LayerNorm.{param}"] = ours[f"cls.transform.LayerNorm.{param}"]
+        state["cls.predictions.bias"] = state["cls.predictions.decoder.bias"] = ours["cls.bias"]
+        state["cls.predictions.decoder.weight"] = ours["bert.embeddings.word_embeddings.weight"]
+    else:
+        for param in ("weight", "bias"):
+            state[f"bert.pooler.dense.{param}"] = ours[f"head.dense.{param}"]
+            state[f"classifier.{param}"] = ours[f"head.classifier.{param}"]
+    return state
+
+
+_AUTO_MAP = {
+    "AutoConfig": "configuration_crammed_bert.CrammedBertConfig",
+    "AutoModelForMaskedLM": "modeling_crammed_bert.CrammedBertForMaskedLM",
+    "AutoModelForSequenceClassification": "modeling_crammed_bert.CrammedBertForSequenceClassification",
+}
+
+
+def _save_remote_code(model, directory) -> None:
+    """Weights and config.json (with auto_map) through transformers, then our source files beside them."""
+    arch = {k: v for k, v in vars(model.config).items() if k != "name"}
+    if isinstance(model, CrammedForMaskedLM):
+        config = CrammedBertConfig(vocab_size=model.vocab_size, **arch)
+        hf_model = modeling_crammed_bert.CrammedBertForMaskedLM(config)
+    else:
+        config = CrammedBertConfig(vocab_size=model.vocab_size, num_labels=model.num_labels, **arch)
+        hf_model = modeling_crammed_bert.CrammedBertForSequenceClassification(config)
+    hf_model.crammed.load_state_dict(model.state_dict(), strict=True)
+    config.auto_map = _AUTO_MAP
+    hf_model.save_pretrained(directory)
+    source = Path(modeling_crammed_bert.__file__)
+    for path in [source, *map(Path, get_relative_import_files(source))]:
+        shutil.copyfile(path, Path(directory) / path.name)

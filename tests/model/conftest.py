@@ -1,0 +1,46 @@
+"""Fixtures for the model tests: tiny arch configs from configs/arch and a small real tokenizer."""
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from cramming.data.config import NormalizeConfig, TokenizerConfig
+from cramming.data.tokenizer import as_transformers_tokenizer, train_tokenizer
+from cramming.model import ModelConfig
+from cramming.model.config import as_model_config
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+VOCAB_SIZE = 256
+
+
+def arch_config(name: str, *overrides: str) -> ModelConfig:
+    """configs/arch/<name>.yaml composed by Hydra (schema checks included), as a ModelConfig."""
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        cfg = compose(overrides=[f"+arch={name}", *(f"arch.{o}" for o in overrides)])
+    return as_model_config(cfg.arch)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghijklmnop") for _ in range(rng.randint(2, 7))) for _ in range(400)]
+    texts = [" ".join(rng.choice(words) for _ in range(12)) + "." for _ in range(2000)]
+    tokenizer = train_tokenizer(texts, TokenizerConfig(vocab_size=VOCAB_SIZE), NormalizeConfig())
+    return as_transformers_tokenizer(tokenizer)
+
+
+def mlm_batch(batch_size: int, seq_length: int, vocab_size: int, mlm_rate: float = 0.25, seed: int = 0):
+    """A pretraining batch in the data pipeline's format: exactly k sorted masked positions per row."""
+    generator = torch.Generator().manual_seed(seed)
+    k = round(mlm_rate * seq_length)
+    input_ids = torch.randint(5, vocab_size, (batch_size, seq_length), generator=generator)
+    scores = torch.rand(batch_size, seq_length, generator=generator)
+    masked_positions = scores.topk(k, dim=1).indices.sort(dim=1).values  # (B, k)
+    targets = input_ids.gather(1, masked_positions)
+    labels = torch.full_like(input_ids, -100).scatter(1, masked_positions, targets)
+    labels[0, masked_positions[0, 0]] = -100  # a row may have fewer real targets than k
+    input_ids = input_ids.scatter(1, masked_positions, 4)  # [MASK]
+    return {"input_ids": input_ids, "labels": labels, "masked_positions": masked_positions}

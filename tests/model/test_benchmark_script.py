@@ -1,0 +1,34 @@
+"""scripts/benchmark.py end to end at toy size: JSON and markdown written; bad settings give one line."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(*overrides: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "scripts/benchmark.py", "arch=crammed-bert-tiny", *overrides]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_benchmark_writes_results(tmp_path):
+    settings = ("vocab_size=512", "steps=2", "warmup_steps=1", "batch_size=2", f"output_dir={tmp_path}")
+    result = run(*(f"benchmark.{setting}" for setting in settings))
+    assert result.returncode == 0, result.stderr
+    [json_path] = tmp_path.glob("*.json")
+    report = json.loads(json_path.read_text())
+    assert report["ours"]["tokens_per_s"] > 0 and report["hf_bert"]["tokens_per_s"] > 0
+    assert report["ratio"] == report["ours"]["tokens_per_s"] / report["hf_bert"]["tokens_per_s"]
+    assert report["ours"]["mfu"] is None  # CPU: peak unknown
+    assert len(report["ours"]["step_times_s"]) == 2
+    assert "| ours (crammed-bert-tiny) |" in json_path.with_suffix(".md").read_text()
+    assert "step 2/2" in result.stdout
+
+
+def test_benchmark_rejects_bad_settings():
+    result = run("benchmark.dtype=fp8")
+    assert result.returncode == 2
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line == "error: benchmark.dtype must be one of fp32, bf16, fp16, got 'fp8'"

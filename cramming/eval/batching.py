@@ -1,0 +1,75 @@
+"""Tokenize GLUE splits and cut them into dynamically padded batches.
+
+Training batches group examples of similar length (length bucketing) so that little compute goes
+to padding; evaluation batches are sorted by length outright, since their order does not matter.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedTokenizerFast
+
+from cramming.data.glue import GlueSplit
+
+BUCKET_BATCHES = 50  # length bucketing sorts within windows of this many batches, so batches stay random
+
+
+@dataclass
+class EncodedSplit:
+    input_ids: list[list[int]]  # [CLS] a [SEP] b [SEP], truncated, unpadded
+    labels: torch.Tensor  # (N,) int64 class ids, or float32 scores for regression
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def encode_split(
+    split: GlueSplit, tokenizer: PreTrainedTokenizerFast, max_length: int, regression: bool
+) -> EncodedSplit:
+    encoded = tokenizer(split.text_a, split.text_b, truncation=True, max_length=max_length)
+    labels = torch.tensor(split.labels, dtype=torch.float32 if regression else torch.int64)
+    return EncodedSplit(encoded["input_ids"], labels)
+
+
+def subset(split: EncodedSplit, count: int, seed: int = 0) -> EncodedSplit:
+    """A fixed random `count` examples (the same for every fine-tuning seed)."""
+    if count >= len(split):
+        return split
+    chosen = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))[:count].sort().values
+    return EncodedSplit([split.input_ids[i] for i in chosen.tolist()], split.labels[chosen])
+
+
+def training_batches(
+    split: EncodedSplit, batch_size: int, generator: torch.Generator, length_bucketing: bool
+) -> list[list[int]]:
+    """Indices of one epoch's batches: a random permutation, cut into batches of similar length if asked.
+
+    Bucketing sorts by length inside windows of BUCKET_BATCHES batches and then shuffles the batches,
+    so the number of batches (and so the schedule) is the same as without it.
+    """
+    order = torch.randperm(len(split), generator=generator).tolist()
+    if not length_bucketing:
+        return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    window = batch_size * BUCKET_BATCHES
+    batches = []
+    for start in range(0, len(order), window):
+        by_length = sorted(order[start : start + window], key=lambda i: len(split.input_ids[i]))
+        batches += [by_length[i : i + batch_size] for i in range(0, len(by_length), batch_size)]
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+
+
+def evaluation_batches(split: EncodedSplit, batch_size: int) -> list[list[int]]:
+    by_length = sorted(range(len(split)), key=lambda i: len(split.input_ids[i]))
+    return [by_length[start : start + batch_size] for start in range(0, len(by_length), batch_size)]
+
+
+def collate(split: EncodedSplit, indices: list[int], pad_id: int) -> dict[str, torch.Tensor]:
+    """Pad to the longest example of the batch: input_ids and attention_mask (B, T), labels (B,)."""
+    rows = [split.input_ids[i] for i in indices]
+    width = max(len(row) for row in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.int64)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.int64)
+    for row_index, row in enumerate(rows):
+        input_ids[row_index, : len(row)] = torch.tensor(row)
+        attention_mask[row_index, : len(row)] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": split.labels[indices]}

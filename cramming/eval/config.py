@@ -1,0 +1,85 @@
+"""Typed schemas of the Hydra group `eval` and of `eval_glue.py`; every key is used, others are rejected.
+
+The defaults of GlueConfig's protocol fields are the fixed GLUE protocol of the Cramming paper;
+the report lists every field that differs from them.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from cramming.errors import CrammingError
+
+DEFAULT_TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
+
+
+@dataclass
+class GlueConfig:
+    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))  # add "wnli" to run it too
+    data_dir: Optional[str] = None  # a classic GLUE TSV directory; null: the hub (nyu-mll/glue)
+    seeds: list[int] = field(default_factory=lambda: [0])  # each task runs once per seed; median reported
+    # --- protocol: one set of hyperparameters for every task ---
+    lr: float = 4e-5
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    eps: float = 1e-6
+    weight_decay: float = 0.0  # applied to matrices only (never to norms or biases) when non-zero
+    batch_size: int = 16
+    epochs: int = 5
+    warmup_fraction: float = 0.1  # linear warm-up over this fraction of the steps, then cosine decay to 0
+    max_length: int = 128  # tokens per [CLS] a [SEP] b [SEP] example, longer ones are truncated
+    dropout: float = 0.1
+    max_train_examples: Optional[int] = None  # smoke runs only: a fixed random subset of each train split
+    # --- execution: how the protocol is run (not reported as deviations) ---
+    eval_batch_size: int = 128
+    length_bucketing: bool = True  # batch examples of similar length together (less padding, faster)
+    precision: str = "auto"  # auto (bf16 on GPUs that have it, else fp16; fp32 on CPU) | fp32 | bf16 | fp16
+    device: str = "auto"  # auto | cpu | cuda | cuda:<index>
+    # Up to floor(fraction * rows) malformed rows of a TSV file are skipped and reported; more are an error.
+    max_malformed_fraction: float = 0.001
+
+
+PROTOCOL_FIELDS = (
+    "lr", "betas", "eps", "weight_decay", "batch_size", "epochs", "warmup_fraction", "max_length", "dropout",
+    "max_train_examples",
+)  # fmt: skip
+
+
+def as_glue_config(cfg: Any) -> GlueConfig:
+    """A GlueConfig from a Hydra DictConfig (or a GlueConfig); unknown keys and bad types are errors."""
+    if isinstance(cfg, GlueConfig):
+        return cfg
+    try:
+        values = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(GlueConfig), values))
+    except OmegaConfBaseException as error:
+        raise CrammingError(f"eval config: {str(error).splitlines()[0]}") from None
+
+
+def protocol_deviations(cfg: GlueConfig) -> dict[str, dict[str, Any]]:
+    """{field: {"protocol": default, "used": value}} for every protocol field that was overridden."""
+    protocol = GlueConfig()
+    deviations = {}
+    for name in PROTOCOL_FIELDS:
+        used, default = getattr(cfg, name), getattr(protocol, name)
+        if used != default:
+            deviations[name] = {"protocol": default, "used": used}
+    return deviations
+
+
+ConfigStore.instance().store(group="eval", name="schema", node=GlueConfig)
+
+
+@dataclass
+class EvalGlueConfig:
+    """Top level of `eval_glue.py`."""
+
+    ckpt: str = MISSING  # a checkpoint dir, a pretraining run dir (its final or newest checkpoint), or latest
+    eval: GlueConfig = MISSING
+    runs_dir: str = "outputs"  # where `ckpt=latest` looks for the newest pretraining run
+    output_dir: str = "outputs/glue/${now:%Y-%m-%d_%H-%M-%S}"  # glue_results.{json,md} and the log go here
+
+
+ConfigStore.instance().store(name="eval_glue_schema", node=EvalGlueConfig)

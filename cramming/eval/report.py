@@ -1,0 +1,109 @@
+"""Write the GLUE results: glue_results.json (everything) and glue_results.md (the table people read)."""
+
+import json
+from pathlib import Path
+from typing import Optional
+
+from cramming.eval.metrics import PROTOCOL_NUMBERS, format_scores
+
+# Published GLUE dev scores under the same protocol (DESIGN.md section 3), in table order:
+# MNLI-m, MNLI-mm, SST-2, STSB, RTE, QNLI, QQP, MRPC, CoLA, average.
+REFERENCE_ROWS: dict[str, tuple[float, ...]] = {
+    "BERT-base, fully trained": (83.2, 83.4, 91.9, 86.7, 59.2, 90.6, 87.7, 89.3, 56.5, 80.9),
+    "BERT-base, no pretraining": (34.1, 34.1, 79.9, 17.8, 47.3, 50.0, 68.6, 77.9, 0.0, 45.5),
+    "crammed BERT, 1 day A6000 (2022)": (83.9, 84.1, 92.2, 84.6, 53.8, 89.5, 87.3, 87.5, 44.5, 78.6),
+    "crammed BERT, 1 day A6000 (2023 code)": (84.1, 84.6, 92.0, 87.4, 58.5, 90.2, 87.5, 88.9, 53.3, 80.7),
+    "BERT from scratch, 4 days RTX 3060 Ti": (79.3, 80.1, 89.1, 61.9, 55.9, 86.3, 86.4, 74.8, 41.0, 72.7),
+}
+COLUMNS = ("MNLI (m/mm)", "SST-2", "STSB", "RTE", "QNLI", "QQP", "MRPC", "CoLA", "Average")
+
+
+def write_reports(results: dict, output_dir: Path) -> None:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "glue_results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (output_dir / "glue_results.md").write_text(markdown_report(results))
+
+
+def markdown_report(results: dict) -> str:
+    lines = ["# GLUE results", "", *_score_table(results), "", *_deviations(results["protocol_deviations"])]
+    lines += ["", "## Tasks", "", "| task | status | scores | train / eval examples | wall time |"]
+    lines += ["|---|---|---|---|---|", *(_task_row(name, task) for name, task in results["tasks"].items())]
+    notes = _data_notes(results["tasks"])
+    if notes:
+        lines += ["", "## Data notes", "", *notes]
+    lines += ["", "## Per-epoch scores", ""]
+    for name, task in results["tasks"].items():
+        for seed, epochs in task.get("seeds", {}).items():
+            for record in epochs:
+                loss, scores = record["train_loss"], format_scores(record["scores"])
+                lines.append(f"- {name} seed {seed} epoch {record['epoch']}: train loss {loss:.4f}; {scores}")
+    lines += ["", f"Total wall time: {results['wall_seconds']:.1f} s", ""]
+    return "\n".join(lines)
+
+
+def _cell(value: Optional[float]) -> str:
+    return "–" if value is None else f"{value:.1f}"
+
+
+def _row(label: str, numbers: list[Optional[float]], average: str) -> str:
+    """numbers: the nine protocol numbers in PROTOCOL_NUMBERS order (MNLI-m and -mm share one column)."""
+    cells = [f"{_cell(numbers[0])}/{_cell(numbers[1])}", *(_cell(n) for n in numbers[2:]), average]
+    return f"| {label} | " + " | ".join(cells) + " |"
+
+
+def _score_table(results: dict) -> list[str]:
+    scores, averaged = results["scores"], results["glue_score_over"]
+    seeds = results["hyperparameters"]["seeds"]
+    ours = [scores[split][metric] if split in scores else None for split, metric in PROTOCOL_NUMBERS]
+    partial = len(averaged) < len(PROTOCOL_NUMBERS)
+    our_average = _cell(results["glue_score"]) + ("*" if partial and averaged else "")
+    lines = [
+        f"Checkpoint: `{results['checkpoint']}`  ",
+        f"GLUE dev sets, scores in percent from the last epoch, median over {len(seeds)} seed(s) {seeds}; "
+        f"device {results['runtime']['device']}, precision {results['runtime']['precision']}.",
+        "",
+        "| model | " + " | ".join(COLUMNS) + " |",
+        "|---" * (len(COLUMNS) + 1) + "|",
+        _row("**this checkpoint**", ours, our_average),
+        *(_row(label, list(row[:-1]), _cell(row[-1])) for label, row in REFERENCE_ROWS.items()),
+        "",
+        "Metrics: CoLA Matthews correlation; STSB Pearson; MRPC and QQP F1; the rest accuracy.",
+    ]
+    if partial:
+        lines.append(
+            f"\\* Average over the {len(averaged)} of {len(PROTOCOL_NUMBERS)} protocol numbers that ran "
+            f"({', '.join(averaged) or 'none'}); the reference averages are over all nine and do not compare."
+        )
+    return lines
+
+
+def _deviations(deviations: dict) -> list[str]:
+    lines = ["## Protocol deviations", ""]
+    if not deviations:
+        return lines + ["None: the fixed GLUE hyperparameters of the protocol."]
+    lines += [f"- `{name}`: {d['used']} (protocol: {d['protocol']})" for name, d in deviations.items()]
+    return lines + ["", "These scores are **not** comparable with the reference rows."]
+
+
+def _task_row(name: str, task: dict) -> str:
+    if task["status"] != "ran":
+        return f"| {name} | missing: {task['reason']} | | | |"
+    examples = f"{task['train_examples']} / " + ", ".join(str(n) for n in task["eval_examples"].values())
+    scores = format_scores(task["scores"], digits=1)
+    return f"| {name} | ran | {scores} | {examples} | {task['wall_seconds']:.1f} s |"
+
+
+def _data_notes(tasks: dict) -> list[str]:
+    """Missing evaluation splits, skipped malformed rows and capped training sets, task by task."""
+    notes = []
+    for name, task in tasks.items():
+        if task["status"] != "ran":
+            continue
+        for split, reason in task["missing_evaluations"].items():
+            notes.append(f"- {name}: evaluation split {split} missing ({reason})")
+        for source, rows in task["skipped_malformed_rows"].items():
+            notes.append(f"- {name}: skipped {len(rows)} malformed rows of {source} (lines {rows[:10]})")
+        used, available = task["train_examples"], task["train_examples_available"]
+        if used != available:
+            notes.append(f"- {name}: trained on {used} of {available} examples (eval.max_train_examples)")
+    return notes

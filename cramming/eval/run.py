@@ -1,0 +1,161 @@
+"""The GLUE stage: fine-tune a fresh copy of a pretrained encoder on each task, score it, write the report."""
+
+import dataclasses
+import logging
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerFast
+
+from cramming.data.glue import GlueDataMissing, GlueTask, GlueTaskData, get_task, load_task
+from cramming.errors import CrammingError
+from cramming.eval.batching import encode_split, subset
+from cramming.eval.config import GlueConfig, as_glue_config, protocol_deviations
+from cramming.eval.finetune import Runtime, finetune, resolve_runtime
+from cramming.eval.metrics import PROTOCOL_NUMBERS, glue_average
+from cramming.eval.report import write_reports
+from cramming.model import build_classifier_from_pretrained
+
+log = logging.getLogger(__name__)
+
+
+def run_glue(eval_cfg: Any, checkpoint_dir: str | Path, output_dir: str | Path) -> dict:
+    """Run every task of `eval_cfg.tasks` that has data; write glue_results.{json,md} to output_dir.
+
+    Tasks whose data is missing are reported as missing and the others still run.
+    Returns the results as written to glue_results.json.
+    """
+    started = time.perf_counter()
+    cfg = as_glue_config(eval_cfg)
+    tasks = _check(cfg)
+    runtime = resolve_runtime(cfg.device, cfg.precision)
+    if runtime.device.type == "cpu":
+        torch.set_flush_denormal(True)
+    tokenizer = _check_checkpoint(str(checkpoint_dir), cfg)
+    data, task_results = _load_data(tasks, cfg)
+
+    for name, task_data in data.items():
+        sizes = ", ".join(f"{split} ({len(examples)})" for split, examples in task_data.evaluations.items())
+        capped = cfg.max_train_examples is not None and cfg.max_train_examples < len(task_data.train)
+        using = f" (using {cfg.max_train_examples}: eval.max_train_examples)" if capped else ""
+        log.info("%s: %d train examples%s, evaluation on %s", name, len(task_data.train), using, sizes)
+        task_results[name] = _run_task(task_data, tokenizer, str(checkpoint_dir), cfg, runtime)
+    task_results = {task.name: task_results[task.name] for task in tasks}  # in the requested order
+
+    ran = [result for result in task_results.values() if result["status"] == "ran"]
+    scores = {split: split_scores for result in ran for split, split_scores in result["scores"].items()}
+    average, averaged = glue_average(scores)
+    results = {
+        "checkpoint": str(checkpoint_dir),
+        "scores_unit": "percent",
+        "glue_score": average,
+        "glue_score_over": averaged,
+        "glue_score_missing": [split for split, _ in PROTOCOL_NUMBERS if split not in averaged],
+        "scores": scores,
+        "tasks": task_results,
+        "hyperparameters": dataclasses.asdict(cfg),
+        "protocol_deviations": protocol_deviations(cfg),
+        "runtime": {
+            "device": str(runtime.device),
+            "precision": runtime.precision,
+            "torch": torch.__version__,
+        },
+        "wall_seconds": time.perf_counter() - started,
+    }
+    write_reports(results, Path(output_dir))
+    shown = "n/a" if average is None else f"{average:.2f}"
+    log.info("GLUE score %s over %s; wrote %s/glue_results.{json,md}", shown, ", ".join(averaged), output_dir)
+    return results
+
+
+def _check(cfg: GlueConfig) -> list[GlueTask]:
+    """The requested tasks; settings that would fail late or mean nothing are errors now."""
+    if not cfg.tasks:
+        raise CrammingError("eval.tasks is empty")
+    if len(set(cfg.tasks)) != len(cfg.tasks):
+        raise CrammingError(f"eval.tasks lists a task twice: {cfg.tasks}")
+    if not cfg.seeds:
+        raise CrammingError("eval.seeds is empty; give at least one seed")
+    if len(cfg.betas) != 2:
+        raise CrammingError(f"eval.betas needs two numbers, got {cfg.betas}")
+    for key in ("batch_size", "eval_batch_size", "epochs", "max_length"):
+        if getattr(cfg, key) < 1:
+            raise CrammingError(f"eval.{key} must be at least 1, got {getattr(cfg, key)}")
+    cap = cfg.max_train_examples
+    if cap is not None and cap < 1:
+        raise CrammingError(f"eval.max_train_examples must be null or at least 1, got {cap}")
+    if not 0 <= cfg.warmup_fraction <= 1:
+        raise CrammingError(f"eval.warmup_fraction must be in [0, 1], got {cfg.warmup_fraction}")
+    return [get_task(name) for name in cfg.tasks]
+
+
+def _check_checkpoint(checkpoint_dir: str, cfg: GlueConfig) -> PreTrainedTokenizerFast:
+    """Load the checkpoint once before any data is read, so a bad one fails fast; returns its tokenizer."""
+    probe, tokenizer = build_classifier_from_pretrained(checkpoint_dir, num_labels=2, dropout=cfg.dropout)
+    longest = probe.config.max_position_embeddings
+    if cfg.max_length > longest:
+        raise CrammingError(f"eval.max_length={cfg.max_length} exceeds the checkpoint's {longest} positions")
+    return tokenizer
+
+
+def _load_data(tasks: list[GlueTask], cfg: GlueConfig) -> tuple[dict[str, GlueTaskData], dict[str, dict]]:
+    """Every task's data up front, so a malformed file stops the run before hours of fine-tuning."""
+    data, missing = {}, {}
+    for task in tasks:
+        try:
+            data[task.name] = load_task(task, cfg.data_dir, cfg.max_malformed_fraction)
+        except GlueDataMissing as reason:
+            log.warning("%s: missing, skipped (%s)", task.name, reason)
+            missing[task.name] = {"status": "missing", "reason": str(reason)}
+    if not data:
+        reasons = "; ".join(result["reason"] for result in missing.values())
+        raise CrammingError(f"no data for any requested GLUE task ({reasons})")
+    return data, missing
+
+
+def _run_task(
+    task_data: GlueTaskData,
+    tokenizer: PreTrainedTokenizerFast,
+    checkpoint_dir: str,
+    cfg: GlueConfig,
+    runtime: Runtime,
+) -> dict:
+    """Every seed of one task; the reported score of each metric is the median of the seeds' last epochs."""
+    started = time.perf_counter()
+    task = task_data.task
+    regression = task.num_labels == 1
+    train = encode_split(task_data.train, tokenizer, cfg.max_length, regression)
+    if cfg.max_train_examples is not None:
+        train = subset(train, cfg.max_train_examples)
+    evaluations = {
+        name: encode_split(split, tokenizer, cfg.max_length, regression)
+        for name, split in task_data.evaluations.items()
+    }
+
+    histories = {}
+    for seed in cfg.seeds:
+        torch.manual_seed(seed)  # the fresh head's initialization and dropout
+        classifier, _ = build_classifier_from_pretrained(checkpoint_dir, task.num_labels, dropout=cfg.dropout)
+        describe = f"{task.name} seed {seed}"
+        pad_id = tokenizer.pad_token_id
+        histories[seed] = finetune(classifier, train, evaluations, cfg, runtime, seed, pad_id, describe)
+    finals = [history[-1]["scores"] for history in histories.values()]
+    scores = {
+        split: {metric: statistics.median(final[split][metric] for final in finals) for metric in metrics}
+        for split, metrics in finals[0].items()
+    }
+    every_split = [task_data.train, *task_data.evaluations.values()]
+    return {
+        "status": "ran",
+        "scores": scores,
+        "seeds": {str(seed): history for seed, history in histories.items()},
+        "train_examples": len(train),
+        "train_examples_available": len(task_data.train),
+        "eval_examples": {name: len(split) for name, split in evaluations.items()},
+        "missing_evaluations": task_data.missing_evaluations,
+        "skipped_malformed_rows": {s.source: s.skipped_rows for s in every_split if s.skipped_rows},
+        "wall_seconds": time.perf_counter() - started,
+    }

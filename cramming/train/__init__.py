@@ -1,0 +1,1 @@
+"""Budget-clocked pretraining: clock, schedules, optimizer, checkpoints, metrics and the training loop."""

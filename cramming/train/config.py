@@ -1,0 +1,84 @@
+"""Typed schemas of the Hydra group `train` and of `pretrain.py`'s top level."""
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from cramming.data.config import DataConfig
+from cramming.eval.config import GlueConfig
+from cramming.model.config import ModelConfig
+from cramming.hardware import GpuProfile
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-12
+    weight_decay: float = 0.01  # not applied to norms and biases
+    grad_clip: Optional[float] = 0.5  # max global gradient norm; null disables
+
+
+@dataclass
+class TrainConfig:
+    name: str = MISSING
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    # lr multiplier of the progress fraction f: triangle = min(0.25 + f, 4 - 4f) (the crammed recipe),
+    # constant, linear (1 - f), cosine (warm-up over warmup_fraction, then cosine to 0)
+    lr_schedule: str = "triangle"
+    warmup_fraction: float = 0.1  # cosine only
+    # progress f is the elapsed fraction of the time budget ("budget") or of max_steps ("steps")
+    progress: str = "budget"
+    max_steps: Optional[int] = None  # required with progress=steps; also a hard stop with progress=budget
+    batch_size: int = 8192  # sequences per optimizer step once the ramp is done
+    batch_ramp_fraction: float = 0.6  # the batch grows linearly from one microbatch to batch_size until this f
+    mlm_rate: float = 0.25
+    seed: int = 0
+    max_nonfinite_steps: int = 10  # stop after this many non-finite losses in a row
+
+
+@dataclass
+class CheckpointConfig:
+    interval_minutes: float = 30.0  # wall-clock minutes between checkpoints (and one at the end)
+    keep_last: int = 2  # step checkpoints kept besides `final`
+
+
+@dataclass
+class LoggingConfig:
+    every_steps: int = 10  # optimizer steps between console lines and metrics.jsonl records
+
+
+@dataclass
+class ImplConfig:
+    """Execution settings; null takes the GPU profile's default."""
+
+    microbatch_size: Optional[int] = None
+    compile: Optional[bool] = None
+    precision: Optional[str] = None
+    num_workers: Optional[int] = None
+
+
+@dataclass
+class PretrainConfig:
+    """Top level of `pretrain.py`."""
+
+    name: str = "crammed-bert"
+    budget: float = 24.0  # GPU-hours; under torchrun the wall-clock budget is budget / world size
+    budget_scaling: str = "none"  # none | peak: run for the time that matches the profile's peak FLOPs x budget
+    resume: Optional[str] = None  # a checkpoint dir, a run dir, or "latest"
+    output_dir: str = "outputs"
+    cache_dir: str = "${oc.env:CRAMMING_CACHE,'~/.cache/cramming'}"
+    arch: ModelConfig = MISSING
+    data: DataConfig = MISSING
+    train: TrainConfig = MISSING
+    gpu: GpuProfile = MISSING
+    impl: ImplConfig = field(default_factory=ImplConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    eval: Optional[GlueConfig] = None  # eval=glue: fine-tune and score on GLUE after pretraining (outside the budget)
+
+
+ConfigStore.instance().store(group="train", name="schema", node=TrainConfig)
+ConfigStore.instance().store(name="pretrain_schema", node=PretrainConfig)

@@ -1,0 +1,42 @@
+"""The pretraining input stream: microbatch g of rank r holds the rows at positions
+[(g * world + r) * B, (g * world + r + 1) * B), so ranks read disjoint slices and a resume that starts
+at microbatch g continues the stream exactly, with no replay and no skip."""
+
+import itertools
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from cramming.data.mlm import MLMCollator, PackedRows
+from cramming.data.store import PreparedDataset
+
+
+class Microbatches(Dataset):
+    def __init__(self, dataset: PreparedDataset, microbatch_size: int, rank: int, world_size: int,
+                 mlm_rate: float, seed: int):
+        self.rows = PackedRows(dataset)
+        self.collate = MLMCollator(dataset.meta["vocab_size"], mlm_rate=mlm_rate, seed=seed)
+        self.microbatch_size = microbatch_size
+        self.rank = rank
+        self.world_size = world_size
+
+    def __len__(self) -> int:  # one epoch; indices past it wrap (see PackedRows)
+        return len(self.rows) // (self.microbatch_size * self.world_size)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        start = (index * self.world_size + self.rank) * self.microbatch_size
+        return self.collate(self.rows.batch(start, self.microbatch_size))
+
+
+def microbatch_stream(microbatches: Microbatches, start: int, num_workers: int, pin_memory: bool):
+    """An endless iterator of microbatches from global microbatch `start` on, built ahead by workers."""
+    loader = DataLoader(
+        microbatches,
+        batch_size=None,
+        sampler=itertools.count(start),
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        prefetch_factor=4 if num_workers else None,
+        persistent_workers=num_workers > 0,
+    )
+    return iter(loader)

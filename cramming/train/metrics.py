@@ -1,0 +1,63 @@
+"""What a run shows: one console line and one metrics.jsonl record every `logging.every_steps` steps."""
+
+import json
+import logging
+import time
+from pathlib import Path
+
+from cramming.hardware import model_flops_utilization
+
+log = logging.getLogger("pretrain")
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
+
+
+class MetricsLog:
+    """Appends records to metrics.jsonl (rank 0 only); on resume drops records past the checkpoint."""
+
+    def __init__(self, path: Path, resume_step: int | None, tokens: int, flops_per_token: float,
+                 peak_tflops: float | None):
+        self.path = path
+        self.flops_per_token = flops_per_token
+        self.peak_tflops = peak_tflops
+        if resume_step is not None and path.exists():
+            kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= resume_step]
+            path.write_text("".join(line + "\n" for line in kept))
+        self.last_time = time.perf_counter()
+        self.last_tokens = tokens
+
+    def start(self) -> None:
+        """Mark the start of training, for the first tokens/s figure."""
+        self.last_time = time.perf_counter()
+
+    def record(self, *, step: int, microbatches: int, tokens: int, elapsed: float, remaining: float,
+               budget_fraction: float, loss: float, lr: float, batch_size: int, nonfinite: int) -> dict:
+        now = time.perf_counter()
+        interval = now - self.last_time
+        tokens_per_s = (tokens - self.last_tokens) / interval if interval > 0 else None
+        self.last_time, self.last_tokens = now, tokens
+        mfu = model_flops_utilization(tokens_per_s, self.flops_per_token, self.peak_tflops) if tokens_per_s else None
+        record = {
+            "step": step,
+            "microbatches": microbatches,
+            "elapsed": round(elapsed, 3),
+            "tokens": tokens,
+            "loss": round(loss, 5),
+            "lr": lr,
+            "batch_size": batch_size,
+            "tokens_per_s": round(tokens_per_s, 1) if tokens_per_s else None,
+            "mfu": round(mfu, 4) if mfu is not None else None,
+            "nonfinite_skipped": nonfinite,
+        }
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        eta = time.strftime("%H:%M", time.localtime(time.time() + remaining))
+        log.info(
+            "step %d | budget %.1f%% used, %s left (ETA %s) | loss %.4f | lr %.2e | batch %d | %s tok/s | MFU %s",
+            step, 100 * budget_fraction, format_duration(remaining), eta, loss, lr, batch_size,
+            f"{tokens_per_s:,.0f}" if tokens_per_s else "-", f"{100 * mfu:.1f}%" if mfu is not None else "n/a",
+        )
+        return record

@@ -54,10 +54,21 @@ class LoggingConfig:
 class ImplConfig:
     """Execution settings; null takes the GPU profile's default."""
 
+    # null: automatic: on a GPU the largest microbatch that fits (searched once, cached), on the CPU the
+    # profile's microbatch_size; a resumed run keeps its checkpoint's microbatch
     microbatch_size: Optional[int] = None
     compile: Optional[bool] = None
     precision: Optional[str] = None
     num_workers: Optional[int] = None
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases logging (rank 0): disabled, offline (no account; `wandb sync` later) or online."""
+
+    mode: str = "disabled"
+    project: str = "cramming"
+    entity: Optional[str] = None  # null: the account's default entity
 
 
 @dataclass
@@ -77,8 +88,10 @@ class PretrainConfig:
     impl: ImplConfig = field(default_factory=ImplConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    wandb: WandbConfig = MISSING
     eval: Optional[GlueConfig] = None  # eval=glue: fine-tune and score on GLUE after pretraining (outside the budget)
 
 
 ConfigStore.instance().store(group="train", name="schema", node=TrainConfig)
+ConfigStore.instance().store(group="wandb", name="schema", node=WandbConfig)
 ConfigStore.instance().store(name="pretrain_schema", node=PretrainConfig)

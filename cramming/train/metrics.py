@@ -1,4 +1,7 @@
-"""What a run shows: one console line and one metrics.jsonl record every `logging.every_steps` steps."""
+"""What a run shows: one console line and one metrics.jsonl record every `logging.every_steps` steps.
+
+Each record also carries the hardware telemetry of its interval (see telemetry.py).
+"""
 
 import json
 import logging
@@ -34,7 +37,8 @@ class MetricsLog:
         self.last_time = time.perf_counter()
 
     def record(self, *, step: int, microbatches: int, tokens: int, elapsed: float, remaining: float,
-               budget_fraction: float, loss: float, lr: float, batch_size: int, nonfinite: int) -> dict:
+               budget_fraction: float, loss: float, lr: float, batch_size: int, nonfinite: int,
+               telemetry: dict) -> dict:
         now = time.perf_counter()
         interval = now - self.last_time
         tokens_per_s = (tokens - self.last_tokens) / interval if interval > 0 else None
@@ -51,13 +55,25 @@ class MetricsLog:
             "tokens_per_s": round(tokens_per_s, 1) if tokens_per_s else None,
             "mfu": round(mfu, 4) if mfu is not None else None,
             "nonfinite_skipped": nonfinite,
+            **telemetry,
         }
         with open(self.path, "a") as handle:
             handle.write(json.dumps(record) + "\n")
         eta = time.strftime("%H:%M", time.localtime(time.time() + remaining))
         log.info(
-            "step %d | budget %.1f%% used, %s left (ETA %s) | loss %.4f | lr %.2e | batch %d | %s tok/s | MFU %s",
+            "step %d | budget %.1f%% used, %s left (ETA %s) | loss %.4f | lr %.2e | batch %d | %s tok/s | MFU %s%s",
             step, 100 * budget_fraction, format_duration(remaining), eta, loss, lr, batch_size,
             f"{tokens_per_s:,.0f}" if tokens_per_s else "-", f"{100 * mfu:.1f}%" if mfu is not None else "n/a",
+            _hardware(telemetry),
         )
         return record
+
+
+_CONSOLE = (("gpu_util", "GPU {:.0f}%"), ("gpu_mem_gb", "{:.1f} GiB"), ("gpu_temp_c", "{:.0f}°C"),
+            ("gpu_power_w", "{:.0f} W"), ("cpu_util", "CPU {:.0f}%"), ("rss_gb", "{:.1f} GiB"))
+
+
+def _hardware(telemetry: dict) -> str:
+    """The console's short form of the telemetry, e.g. ` | GPU 97% 61.2 GiB 71°C 290 W`."""
+    shown = " ".join(form.format(telemetry[key]) for key, form in _CONSOLE if key in telemetry)
+    return f" | {shown}" if shown else ""

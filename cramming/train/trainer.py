@@ -1,8 +1,8 @@
 """The budget-clocked pretraining loop.
 
-Composes the pieces: data stream, model, optimizer, schedules, clock, checkpoints, metrics. The loop
-itself is plain code: pick the batch size and lr for the current progress, accumulate microbatches,
-step, log, checkpoint, stop at the budget.
+Composes the pieces: data stream, model, optimizer, schedules, clock, checkpoints, metrics, telemetry,
+W&B, summary and plots. The loop itself is plain code: pick the batch size and lr for the current
+progress, accumulate microbatches, step, log, checkpoint, stop at the budget.
 """
 
 import contextlib
@@ -36,11 +36,21 @@ from cramming.train.clock import BudgetClock
 from cramming.train.data import Microbatches, microbatch_stream
 from cramming.train.distributed import Distributed
 from cramming.train.metrics import MetricsLog, format_duration
+from cramming.train.microbatch import MEMORY_MARGIN, cache_key, cached_search, cuda_step, search_microbatch
 from cramming.train.optimizer import build_optimizer
+from cramming.train.plots import plot_run
 from cramming.train.schedules import accumulation_steps, lr_multiplier
+from cramming.train.summary import build_summary, peak_memory_gb, read_records, write_summary
+from cramming.train.telemetry import TelemetrySampler
+from cramming.train.wandb_logger import WandbLogger, check_wandb_config
 
 log = logging.getLogger("pretrain")
 RESUME_MUST_MATCH = ("arch", "data", "train")
+TIMED_FIRST_STEPS = 5  # steps whose durations estimate the compile time
+
+
+class NonFiniteLossError(CrammingError):
+    """Too many non-finite losses in a row: the run stops (after writing its summary)."""
 
 
 @dataclass
@@ -61,7 +71,7 @@ class Settings:
 
     profile: GpuProfile
     device: torch.device
-    microbatch_size: int
+    microbatch_size: int | None  # None until chosen by _choose_microbatch (impl.microbatch_size=null)
     precision: str
     compile: bool
     num_workers: int
@@ -81,8 +91,8 @@ def resolve_settings(cfg, dist_local_rank: int) -> Settings:
         raise CrammingError(f"impl.precision={precision!r} must be bf16, fp16 or fp32")
     if profile.device == "cpu" and precision != "fp32":
         raise CrammingError(f"impl.precision={precision} is for GPUs; the cpu profile trains in fp32")
-    microbatch = impl.microbatch_size if impl.microbatch_size is not None else profile.microbatch_size
-    if microbatch < 1:
+    microbatch = impl.microbatch_size
+    if microbatch is not None and microbatch < 1:
         raise CrammingError(f"impl.microbatch_size={microbatch} must be positive")
     device = torch.device("cuda", dist_local_rank) if profile.device == "cuda" else torch.device("cpu")
     return Settings(
@@ -110,6 +120,7 @@ def check_train_config(cfg) -> None:
         raise CrammingError("train.batch_size must be positive and train.batch_ramp_fraction in [0, 1]")
     if cfg.checkpoint.interval_minutes <= 0 or cfg.checkpoint.keep_last < 0 or cfg.logging.every_steps < 1:
         raise CrammingError("checkpoint.interval_minutes > 0, checkpoint.keep_last >= 0, logging.every_steps >= 1")
+    check_wandb_config(cfg.wandb)
 
 
 def new_run_dir(cfg) -> Path:
@@ -141,6 +152,7 @@ def pretrain(cfg) -> Path:
 
 
 def _pretrain(cfg, dist: Distributed) -> Path:
+    started = time.perf_counter()
     settings = resolve_settings(cfg, dist.local_rank)
     torch.manual_seed(cfg.train.seed)
     if settings.device.type == "cpu":
@@ -162,10 +174,12 @@ def _pretrain(cfg, dist: Distributed) -> Path:
     model = build_mlm_model(cfg.arch, vocab_size).to(settings.device)
     optimizer = build_optimizer(model, cfg.train.optim)
     scaler = torch.amp.GradScaler("cuda") if settings.precision == "fp16" else None
+    checkpoint = ckpt.resolve_resume(cfg.resume, Path(cfg.output_dir), cfg.name) if cfg.resume else None
+    state = ckpt.load_state(checkpoint) if checkpoint else None
+    settings, microbatch_source = _choose_microbatch(cfg, settings, dist, model, dataset, state)
     progress, run_dir = Progress(), None
-    if cfg.resume:
-        checkpoint = ckpt.resolve_resume(cfg.resume, Path(cfg.output_dir), cfg.name)
-        progress, run_dir = _restore(cfg, settings, dist, checkpoint, model, optimizer, scaler)
+    if checkpoint:
+        progress, run_dir = _restore(cfg, settings, dist, checkpoint, state, model, optimizer, scaler)
         log.info("resuming %s at step %d, %s of budget used", checkpoint, progress.step,
                  format_duration(progress.elapsed))
     if dist.is_main and run_dir is None:
@@ -179,19 +193,94 @@ def _pretrain(cfg, dist: Distributed) -> Path:
     flops_per_token = training_flops_per_token(cfg.arch, vocab_size, dataset.seq_length, cfg.train.mlm_rate)
     metrics = MetricsLog(run_dir / "metrics.jsonl", progress.step if cfg.resume else None, progress.tokens,
                          flops_per_token, settings.profile.peak_tflops) if dist.is_main else None
-    log.info("run %s | %s on %s (%s, microbatch %d x %d ranks, compile %s) | budget %s wall",
+    log.info("run %s | %s on %s (%s, microbatch %d (%s) x %d ranks, compile %s) | budget %s wall",
              run_dir, cfg.arch.name, settings.profile.name, settings.precision, settings.microbatch_size,
-             dist.world_size, settings.compile, format_duration(wall_budget))
+             microbatch_source, dist.world_size, settings.compile, format_duration(wall_budget))
 
+    if settings.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(settings.device)  # the peak of training, not of the search
+    logger = WandbLogger(cfg, run_dir) if dist.is_main else None
+    sampler = TelemetrySampler(settings.device).start() if dist.is_main else None
+    clock = BudgetClock(wall_budget, progress.elapsed)
     trainer = _Loop(cfg, settings, dist, dataset, model, optimizer, scaler, tokenizer, run_dir, metrics,
-                    BudgetClock(wall_budget, progress.elapsed), progress)
-    trainer.run()
-    if cfg.eval is not None and dist.is_main:
-        from cramming.eval.run import run_glue
+                    clock, progress, logger, sampler)
+    stop_reason = "error"
+    try:
+        try:
+            stop_reason = trainer.run()
+        except NonFiniteLossError:
+            stop_reason = "non-finite"
+            raise
+        except KeyboardInterrupt:
+            stop_reason = "interrupted"
+            raise
+        finally:  # however training ended, leave its record (rank 0)
+            if dist.is_main:
+                summary = _leave_record(trainer, stop_reason, time.perf_counter() - started, microbatch_source)
+        if cfg.eval is not None and dist.is_main:
+            from cramming.eval.run import run_glue
 
-        log.info("GLUE evaluation of the final checkpoint (outside the budget)")
-        run_glue(cfg.eval, run_dir / "checkpoints" / ckpt.FINAL, run_dir / "glue")
+            log.info("GLUE evaluation of the final checkpoint (outside the budget)")
+            results = run_glue(cfg.eval, run_dir / "checkpoints" / ckpt.FINAL, run_dir / "glue")
+            summary["glue_score"] = results["glue_score"]
+            write_summary(run_dir / "summary.json", summary)
+            logger.summary({"score": results["glue_score"], **{f"{split}/{metric}": value for split, scores
+                            in results["scores"].items() for metric, value in scores.items()}}, prefix="glue/")
+    finally:
+        if logger is not None:
+            logger.finish(failed=stop_reason not in ("budget", "max_steps"))
     return run_dir
+
+
+def _leave_record(trainer: "_Loop", stop_reason: str, session_wall_s: float, microbatch_source: str) -> dict:
+    """Stop the telemetry, then write summary.json and the plots and hand the summary to W&B."""
+    energy = trainer.sampler.energy_wh()
+    trainer.sampler.stop()
+    progress, clock, run_dir = trainer.progress, trainer.clock, trainer.run_dir
+    summary = build_summary(
+        records=read_records(run_dir / "metrics.jsonl"), stop_reason=stop_reason,
+        progress=dataclasses.asdict(progress), budget_hours=trainer.cfg.budget, wall_budget=clock.budget_seconds,
+        session_training_s=progress.elapsed - clock.elapsed_before, session_wall_s=session_wall_s,
+        first_steps=trainer.first_steps, peak_memory=peak_memory_gb(trainer.settings.device), energy_wh=energy,
+        flops_per_token=trainer.metrics.flops_per_token, peak_tflops=trainer.settings.profile.peak_tflops,
+        microbatch={"size": trainer.settings.microbatch_size, "source": microbatch_source},
+    )
+    write_summary(run_dir / "summary.json", summary)
+    plot_run(run_dir)
+    trainer.logger.summary(summary, prefix="summary/")
+    log.info("summary: %s; plots: %s", run_dir / "summary.json", run_dir / "plots")
+    return summary
+
+
+def _choose_microbatch(cfg, settings: Settings, dist: Distributed, model, dataset: PreparedDataset,
+                       state: dict | None) -> tuple[Settings, str]:
+    """The microbatch size and where it came from, before the clock starts (the search is outside the budget).
+
+    impl.microbatch_size when set; else a resumed run's checkpoint's (its fingerprint must match); else on
+    the CPU the profile's; else on a GPU the largest power of two that fits, searched upward from the
+    profile's microbatch_size and cached per GPU, architecture, sequence length and precision.
+    """
+    if settings.microbatch_size is not None:
+        return settings, "impl.microbatch_size"
+    if state is not None:
+        return dataclasses.replace(settings, microbatch_size=state["fingerprint"]["microbatch_size"]), "checkpoint"
+    if settings.device.type == "cpu":
+        return dataclasses.replace(settings, microbatch_size=settings.profile.microbatch_size), "cpu profile"
+    chosen = None
+    if dist.is_main:
+        parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        extra = parameter_bytes * (3 if dist.enabled else 2)  # AdamW's two moments, DDP's gradient buckets
+        step = cuda_step(model, lambda n: Microbatches(dataset, n, 0, 1, cfg.train.mlm_rate, cfg.train.seed)[0],
+                         lambda: autocast(settings), extra)
+        usable = (1 - MEMORY_MARGIN) * torch.cuda.get_device_properties(settings.device).total_memory
+        limit = max(cfg.train.batch_size // dist.world_size, 1)
+        key = cache_key(settings.device, OmegaConf.to_container(cfg.arch, resolve=True), dataset.seq_length,
+                        settings.precision, dist.world_size)
+        with torch.random.fork_rng(devices=[settings.device]):
+            chosen = cached_search(Path(cfg.cache_dir).expanduser(), key, lambda: search_microbatch(
+                step, settings.profile.microbatch_size, limit, usable))
+    size, source = dist.broadcast(chosen)
+    return dataclasses.replace(settings, microbatch_size=size), f"auto ({source})"
 
 
 def _device_profile(settings: Settings) -> GpuProfile:
@@ -206,8 +295,7 @@ def _resume_fingerprint(cfg, settings: Settings, world_size: int) -> dict:
     return {**sections, "microbatch_size": settings.microbatch_size, "world_size": world_size}
 
 
-def _restore(cfg, settings, dist, checkpoint: Path, model, optimizer, scaler) -> tuple[Progress, Path]:
-    state = ckpt.load_state(checkpoint)
+def _restore(cfg, settings, dist, checkpoint: Path, state: dict, model, optimizer, scaler) -> tuple[Progress, Path]:
     expected = _resume_fingerprint(cfg, settings, dist.world_size)
     differing = [key for key in expected if state["fingerprint"].get(key) != expected[key]]
     if differing:
@@ -227,10 +315,13 @@ def _restore(cfg, settings, dist, checkpoint: Path, model, optimizer, scaler) ->
 
 class _Loop:
     def __init__(self, cfg, settings, dist, dataset: PreparedDataset, model, optimizer, scaler, tokenizer,
-                 run_dir: Path, metrics: MetricsLog | None, clock: BudgetClock, progress: Progress):
+                 run_dir: Path, metrics: MetricsLog | None, clock: BudgetClock, progress: Progress,
+                 logger: WandbLogger | None, sampler: TelemetrySampler | None):
         self.cfg, self.settings, self.dist = cfg, settings, dist
         self.model, self.optimizer, self.scaler, self.tokenizer = model, optimizer, scaler, tokenizer
         self.run_dir, self.metrics, self.clock, self.progress = run_dir, metrics, clock, progress
+        self.logger, self.sampler = logger, sampler
+        self.first_steps: list[tuple[float, int]] = []  # (seconds, microbatches) of this process's first steps
         self.seq_length = dataset.seq_length
         self.sequences_per_microbatch = settings.microbatch_size * dist.world_size
         microbatches = Microbatches(dataset, settings.microbatch_size, dist.rank, dist.world_size,
@@ -255,7 +346,8 @@ class _Loop:
         max_steps = self.cfg.train.max_steps
         return self.fraction() >= 1.0 or self.clock.expired() or (max_steps and self.progress.step >= max_steps)
 
-    def run(self) -> None:
+    def run(self) -> str:
+        """Train until the budget or max_steps; returns which ("budget" or "max_steps")."""
         cfg = self.cfg
         loss_since_log = torch.zeros((), device=self.settings.device)
         steps_since_log = 0
@@ -269,10 +361,13 @@ class _Loop:
             lr = cfg.train.optim.lr * lr_multiplier(cfg.train.lr_schedule, fraction, cfg.train.warmup_fraction)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
+            step_started = self.clock.elapsed
             step_loss, done = self._accumulate(accumulate)
-            if self._apply(step_loss):
+            if self._apply(step_loss):  # its finiteness check waits for the step's forward and backward
                 loss_since_log += step_loss
                 steps_since_log += 1
+            if len(self.first_steps) < TIMED_FIRST_STEPS:
+                self.first_steps.append((self.clock.elapsed - step_started, done))
             self.progress.step += 1
             self.progress.tokens += done * self.sequences_per_microbatch * self.seq_length
             self.progress.elapsed = self.clock.elapsed
@@ -289,6 +384,8 @@ class _Loop:
         log.info("done: %d steps, %s tokens, %s of training, %d non-finite steps skipped; final checkpoint %s",
                  self.progress.step, f"{self.progress.tokens:,}", format_duration(self.progress.elapsed),
                  self.progress.nonfinite_total, self.run_dir / "checkpoints" / ckpt.FINAL)
+        max_steps = cfg.train.max_steps
+        return "max_steps" if max_steps and self.progress.step >= max_steps else "budget"
 
     def _accumulate(self, accumulate: int) -> tuple[torch.Tensor, int]:
         """Forward and backward up to `accumulate` microbatches; returns the mean loss and how many ran.
@@ -330,7 +427,7 @@ class _Loop:
             log.warning("step %d: non-finite loss, step skipped (%d in a row)", self.progress.step + 1,
                         self.progress.nonfinite_in_a_row)
             if self.progress.nonfinite_in_a_row >= self.cfg.train.max_nonfinite_steps:
-                raise CrammingError(
+                raise NonFiniteLossError(
                     f"{self.progress.nonfinite_in_a_row} non-finite losses in a row at step {self.progress.step + 1}: "
                     f"stopping; the last good checkpoint is kept in {self.run_dir / 'checkpoints'} "
                     "(try a lower train.optim.lr or impl.precision=bf16)"
@@ -352,12 +449,13 @@ class _Loop:
     def _log(self, loss: torch.Tensor, lr: float, accumulate: int) -> None:
         if self.metrics is None:
             return
-        self.metrics.record(
+        record = self.metrics.record(
             step=self.progress.step, microbatches=self.progress.microbatches, tokens=self.progress.tokens,
             elapsed=self.clock.elapsed, remaining=self.clock.remaining, budget_fraction=self.clock.fraction,
             loss=loss.item(), lr=lr, batch_size=accumulate * self.sequences_per_microbatch,
-            nonfinite=self.progress.nonfinite_total,
+            nonfinite=self.progress.nonfinite_total, telemetry=self.sampler.read(),
         )
+        self.logger.log(record)
 
     def _checkpoint(self, name: str) -> None:
         self.last_checkpoint_at = self.clock.elapsed
@@ -372,3 +470,5 @@ class _Loop:
             "fingerprint": _resume_fingerprint(self.cfg, self.settings, self.dist.world_size),
         }
         ckpt.save_checkpoint(self.run_dir, name, self.model, self.tokenizer, state, self.cfg.checkpoint.keep_last)
+        if name != ckpt.FINAL:  # the end of the run draws its own, whatever way it ends
+            plot_run(self.run_dir)

@@ -19,7 +19,7 @@ def test_pretraining_run_ends_with_a_glue_report(cache_dir, tmp_path):
     run = subprocess.run(
         [sys.executable, str(REPO_ROOT / "pretrain.py"), "--config-name", "quickstart", "budget=0.001",
          f"output_dir={tmp_path}", "eval=glue", "eval.tasks=[rte]", f"eval.data_dir={GLUE_DIR}",
-         "eval.max_train_examples=32", "eval.epochs=1"],
+         "eval.max_train_examples=32", "eval.epochs=1", "wandb=offline"],
         capture_output=True, text=True, timeout=600,
     )
     assert run.returncode == 0, run.stderr
@@ -28,4 +28,8 @@ def test_pretraining_run_ends_with_a_glue_report(cache_dir, tmp_path):
     assert results["checkpoint"] == str(run_dir / "checkpoints" / "final")
     assert results["glue_score_over"] == ["rte"] and 0.0 <= results["scores"]["rte"]["accuracy"] <= 100.0
     elapsed = torch.load(run_dir / "checkpoints/final/trainer_state.pt", weights_only=True)["progress"]["elapsed"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["glue_score"] == results["glue_score"] and summary["stop_reason"] == "budget"
+    (records_file,) = (run_dir / "wandb").glob("offline-run-*/*.wandb")
+    assert b"glue/score" in records_file.read_bytes() and b"glue/rte/accuracy" in records_file.read_bytes()
     assert elapsed < 3.6 + 5.0  # the 3.6 s budget (plus at most one step); the GLUE stage is not on the clock

@@ -1,4 +1,5 @@
-"""Real runs of pretrain.py: the quick start, exact resume after SIGKILL, non-finite losses, DDP, bad config."""
+"""Real runs of pretrain.py: the quick start, exact resume after SIGKILL, non-finite losses, interruption,
+DDP, bad config; and what a run leaves behind (summary.json, plots, W&B offline run)."""
 
 import json
 import os
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from matplotlib.image import imread
 from safetensors.torch import load_file
 
 from cramming.errors import CrammingError
@@ -95,6 +97,56 @@ def test_sigkill_and_resume_match_an_uninterrupted_run(cache_dir, tmp_path):
     assert steps_b == list(range(1, 9))  # the curve continues: no gap, no repeated step
     assert [r["loss"] for r in records(a)] == [r["loss"] for r in records(b)]
     assert [r["microbatches"] for r in records(a)] == [r["microbatches"] for r in records(b)]
+    assert summary(a)["stop_reason"] == summary(b)["stop_reason"] == "max_steps"
+    assert summary(b)["tokens"] == summary(a)["tokens"] and summary(b)["steps"] == 8
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    height, width = imread(path).shape[:2]
+    return width, height
+
+
+def test_quickstart_leaves_summary_plots_and_a_wandb_run_and_two_runs_overlay(cache_dir, tmp_path):
+    budget_hours = 0.001  # 3.6 s
+    run = pretrain("--config-name", "quickstart", "wandb=offline", f"budget={budget_hours}",
+                   f"output_dir={tmp_path}", "logging.every_steps=1")
+    assert run.returncode == 0, run.stderr
+    (run_dir,) = (tmp_path / "quickstart").iterdir()
+    lines, facts = records(run_dir), summary(run_dir)
+    assert facts["stop_reason"] == "budget" and facts["microbatch_size"] == 32  # null: the cpu profile's
+    assert facts["microbatch_source"] == "cpu profile"
+    assert (facts["steps"], facts["tokens"], facts["microbatches"]) == (
+        lines[-1]["step"], lines[-1]["tokens"], lines[-1]["microbatches"])
+    assert facts["final_loss"] == lines[-1]["loss"]
+    assert min(r["loss"] for r in lines) <= facts["smoothed_loss"] <= max(r["loss"] for r in lines)
+    assert facts["training_s"] >= budget_hours * 3600 and facts["budget_used_fraction"] == 1.0
+    assert facts["mean_tokens_per_s"] == pytest.approx(facts["tokens"] / facts["training_s"], rel=1e-3)
+    assert facts["outside_training_s"] > 0 and facts["peak_memory_gb"] > 0.05
+    assert facts["mean_mfu"] is None and facts["energy_wh"] is None  # the cpu: no peak FLOP/s, no NVML
+    assert all(r["cpu_util"] >= 0 and r["rss_gb"] > 0 for r in lines)  # telemetry rides along in each record
+    panels = {"loss": 2, "schedules": 2, "throughput": 1, "hardware": 2}  # no MFU panel without a peak FLOP/s
+    assert {path.stem: png_size(path) for path in (run_dir / "plots").glob("*.png")} == {
+        name: (550 * count, 400) for name, count in panels.items()}
+    (records_file,) = (run_dir / "wandb").glob("offline-run-*/*.wandb")  # ready for `wandb sync`
+    logged = records_file.read_bytes()  # protobuf records: their keys and JSON values are plain text
+    for expected in (b"batch_ramp_fraction", b"tokens_per_s", b"cpu_util", b"summary/final_loss",
+                     b"summary/stop_reason", json.dumps(facts["final_loss"]).encode()):
+        assert expected in logged, expected  # the config, the metrics, the summary
+
+    other = pretrain(*STEP_RUN, "train.max_steps=3", f"output_dir={tmp_path}")
+    assert other.returncode == 0, other.stderr
+    overlay = tmp_path / "compare.png"
+    command = [sys.executable, str(REPO_ROOT / "scripts/plot_runs.py"), str(run_dir), str(only_run(tmp_path)),
+               "--out", str(overlay)]
+    plotted = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert plotted.returncode == 0, plotted.stderr
+    assert png_size(overlay) == (1100, 400)
+    not_a_run = subprocess.run(command[:2] + [str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert not_a_run.returncode == 2 and "no metrics.jsonl" in not_a_run.stderr and "Traceback" not in not_a_run.stderr
 
 
 def compose_config(overrides: list[str]):
@@ -121,6 +173,37 @@ def test_nonfinite_losses_are_skipped_then_stop_the_run(cache_dir, tmp_path, mon
     assert last_good["nonfinite_total"] == 4 and last_good["step"] == 7  # steps 2, 3, 6, 7 skipped
     logged = records(run_dir)  # skipped steps have no loss to log
     assert [(r["step"], r["nonfinite_skipped"]) for r in logged] == [(1, 0), (4, 2), (5, 2)]
+    facts = summary(run_dir)  # written before the error propagated
+    assert facts["stop_reason"] == "non-finite" and facts["steps"] == 7 and facts["nonfinite_skipped"] == 5
+    assert facts["final_loss"] == logged[-1]["loss"] and facts["tokens"] == last_good["tokens"]
+    assert (run_dir / "plots" / "loss.png").exists()
+
+
+def test_an_interrupted_run_leaves_its_summary(cache_dir, tmp_path, monkeypatch):
+    original = trainer_module._Loop._accumulate
+    calls = {"n": 0}
+
+    def interrupted_at_the_third_step(self, accumulate):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return original(self, accumulate)
+
+    monkeypatch.setattr(trainer_module._Loop, "_accumulate", interrupted_at_the_third_step)
+    with pytest.raises(KeyboardInterrupt):
+        trainer_module.pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path}"]))
+    run_dir = only_run(tmp_path)
+    facts = summary(run_dir)
+    assert facts["stop_reason"] == "interrupted" and facts["steps"] == 2
+    assert facts["tokens"] == records(run_dir)[-1]["tokens"] and facts["final_loss"] == records(run_dir)[-1]["loss"]
+
+
+def test_a_resumed_run_keeps_its_checkpoints_microbatch(cache_dir, tmp_path):
+    cfg = STEP_RUN + [f"output_dir={tmp_path}", "train.max_steps=2"]
+    trainer_module.pretrain(compose_config(cfg))
+    run_dir = trainer_module.pretrain(compose_config(cfg + ["impl.microbatch_size=null", "resume=latest"]))
+    facts = summary(run_dir)
+    assert (facts["microbatch_size"], facts["microbatch_source"]) == (16, "checkpoint")  # not the profile's 32
 
 
 def test_two_processes_with_gloo(cache_dir, tmp_path):
@@ -141,6 +224,7 @@ def test_two_processes_with_gloo(cache_dir, tmp_path):
         (["budget=-1"], "error: budget=-1.0 must be positive"),
         (["train.lr_schedule=step"], "error: train.lr_schedule='step' is unknown"),
         (["resume=/nowhere"], "error: resume=/nowhere: not a checkpoint"),
+        (["wandb.mode=cloud"], "error: wandb.mode='cloud' must be one of disabled, offline, online"),
     ],
 )
 def test_bad_config_is_one_clear_line(cache_dir, tmp_path, overrides, message):

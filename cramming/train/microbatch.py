@@ -1,0 +1,104 @@
+"""The automatic microbatch: the largest power of two that fits on this GPU, found before the clock starts.
+
+A bigger microbatch means fewer, fuller kernel launches for the same batch, and users should not have to
+find the edge of their card's memory by hand. The search tries the profile's microbatch first, doubles
+while a forward and backward pass fits (up to the batch size), halves while it does not, and caches the
+answer per GPU, architecture, sequence length and precision, so later runs start at once.
+"""
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from cramming.errors import CrammingError
+
+log = logging.getLogger("pretrain")
+MEMORY_MARGIN = 0.1  # keep this fraction of the card free: allocator fragmentation, compiled graphs, pinned batches
+CACHE_FILE = "microbatch.json"
+
+
+def search_microbatch(step: Callable[[int], int], start: int, limit: int, usable_bytes: float) -> tuple[int, list]:
+    """The largest power-of-two microbatch n <= limit whose `step(n)` (peak bytes) stays within usable_bytes.
+
+    `step` raises torch.OutOfMemoryError when n does not fit at all. Returns n and the trials made as
+    [n, peak bytes or None for out of memory, fits].
+    """
+    trials = []
+
+    def fits(n: int) -> bool:
+        try:
+            peak = step(n)
+        except torch.OutOfMemoryError:
+            peak = None
+        if peak is None and torch.cuda.is_available():  # outside the handler: its traceback held the tensors
+            torch.cuda.empty_cache()
+        ok = peak is not None and peak <= usable_bytes
+        trials.append([n, peak, ok])
+        shown = "out of memory" if peak is None else f"peak {peak / 2**30:.1f} of {usable_bytes / 2**30:.1f} GiB usable"
+        log.info("microbatch search: %d %s (%s)", n, "fits" if ok else "does not fit", shown)
+        return ok
+
+    n = 1 << (max(min(start, limit), 1).bit_length() - 1)  # the largest power of two <= start
+    if fits(n):
+        while n * 2 <= limit and fits(n * 2):
+            n *= 2
+        return n, trials
+    while n > 1:
+        n //= 2
+        if fits(n):
+            return n, trials
+    raise CrammingError("microbatch search: not even one sequence fits in GPU memory; use a smaller arch")
+
+
+def cache_key(device: torch.device, arch: dict, seq_length: int, precision: str, world_size: int) -> str:
+    """What the answer depends on: the card, the model, the sequence length, the precision, DDP's buffers."""
+    properties = torch.cuda.get_device_properties(device)
+    described = {"gpu": properties.name, "memory": properties.total_memory, "arch": arch,
+                 "seq_length": seq_length, "precision": precision, "ddp": world_size > 1}
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cached_search(cache_dir: Path, key: str, search: Callable[[], tuple[int, list]]) -> tuple[int, str]:
+    """The cached microbatch for `key`, or the result of `search()`, then stored. Returns (size, source)."""
+    path = cache_dir / CACHE_FILE
+    entries = json.loads(path.read_text()) if path.exists() else {}
+    if key in entries:
+        log.info("microbatch %d (cached in %s)", entries[key]["microbatch_size"], path)
+        return entries[key]["microbatch_size"], "cache"
+    size, trials = search()
+    entries[key] = {"microbatch_size": size, "trials": trials}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(entries, indent=1))
+    tmp.replace(path)
+    log.info("microbatch %d (searched; cached in %s)", size, path)
+    return size, "search"
+
+
+def cuda_step(model: torch.nn.Module, batch_of: Callable[[int], dict], autocast: Callable, extra_bytes: int):
+    """A trial step for the search: forward and backward of n sequences; returns peak bytes.
+
+    `extra_bytes` is memory the trial does not allocate but training will: AdamW's two moments (and
+    DDP's gradient buckets). The optimizer is not stepped and the gradients are dropped, so the
+    trial leaves the model as it found it.
+    """
+
+    def step(n: int) -> int:
+        device = next(model.parameters()).device
+        batch = {key: value.to(device) for key, value in batch_of(n).items()}
+        torch.cuda.reset_peak_memory_stats(device)
+        try:
+            with autocast():
+                loss = model(**batch).loss
+            loss.backward()
+            torch.cuda.synchronize(device)
+            return torch.cuda.max_memory_allocated(device) + extra_bytes
+        finally:
+            del batch
+            model.zero_grad(set_to_none=True)
+
+    return step

@@ -1,0 +1,105 @@
+"""PNG plots of a run from its metrics.jsonl, and an overlay of several runs for ablations.
+
+Drawn with matplotlib's object API on the Agg canvas (no pyplot, no display, no global state), so it
+works on a headless machine and from any thread.
+"""
+
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from cramming.errors import CrammingError
+from cramming.train.summary import read_records
+
+PLOTS_DIR = "plots"
+# Hardware panels, drawn where the run logged them: (key, axis label).
+HARDWARE = [("gpu_util", "GPU utilization (%)"), ("gpu_mem_gb", "GPU memory used (GiB)"),
+            ("gpu_temp_c", "GPU temperature (°C)"), ("gpu_power_w", "GPU power (W)"),
+            ("cpu_util", "CPU utilization (% of a core)"), ("rss_gb", "process memory (GiB)")]
+
+
+def _time_unit(seconds: float) -> tuple[float, str]:
+    """Seconds, minutes or hours, whichever keeps the axis readable for a run this long."""
+    return (3600, "h") if seconds > 7200 else (60, "min") if seconds > 120 else (1, "s")
+
+
+def _time_axis(records: list[dict]) -> tuple[list[float], str]:
+    scale, unit = _time_unit(records[-1]["elapsed"])
+    return [r["elapsed"] / scale for r in records], f"training time ({unit})"
+
+
+def _save(panels: list[tuple], path: Path, title: str) -> Path:
+    """Draw one figure of panels, two to a row, each (x, x label, y, y label); None values are skipped."""
+    columns, rows = min(len(panels), 2), (len(panels) + 1) // 2
+    figure = Figure(figsize=(5.5 * columns, 4 * rows), layout="constrained")
+    FigureCanvasAgg(figure)
+    grid = figure.subplots(rows, columns, squeeze=False).flatten()
+    for axes in grid[len(panels):]:
+        axes.set_visible(False)
+    for axes, (x, x_label, y, y_label) in zip(grid, panels):
+        points = [(a, b) for a, b in zip(x, y) if b is not None]
+        axes.plot([a for a, _ in points], [b for _, b in points], linewidth=1.2)
+        axes.set_xlabel(x_label)
+        axes.set_ylabel(y_label)
+        axes.grid(alpha=0.3)
+    figure.suptitle(title)
+    figure.savefig(path, dpi=100)
+    return path
+
+
+def plot_run(run_dir: Path) -> list[Path]:
+    """loss.png, schedules.png, throughput.png and hardware.png (where telemetry was logged) under plots/."""
+    records = read_records(run_dir / "metrics.jsonl")
+    if not records:
+        return []
+    out = run_dir / PLOTS_DIR
+    out.mkdir(exist_ok=True)
+    time, time_label = _time_axis(records)
+    tokens = [r["tokens"] for r in records]
+
+    def column(key: str) -> list:
+        return [r.get(key) for r in records]
+
+    title = f"{run_dir.parent.name}/{run_dir.name}"
+    written = [
+        _save([(time, time_label, column("loss"), "MLM loss"), (tokens, "tokens", column("loss"), "MLM loss")],
+              out / "loss.png", title),
+        _save([(time, time_label, column("lr"), "learning rate"),
+               (time, time_label, column("batch_size"), "batch size (sequences)")], out / "schedules.png", title),
+    ]
+    throughput = [(time, time_label, column("tokens_per_s"), "tokens/s")]
+    if any(value is not None for value in column("mfu")):
+        throughput.append((time, time_label, [m * 100 if m is not None else None for m in column("mfu")], "MFU (%)"))
+    written.append(_save(throughput, out / "throughput.png", title))
+    hardware = [(time, time_label, column(key), label) for key, label in HARDWARE
+                if any(value is not None for value in column(key))]
+    if hardware:
+        written.append(_save(hardware, out / "hardware.png", title))
+    return written
+
+
+def plot_comparison(run_dirs: list[Path], path: Path) -> Path:
+    """Overlay the loss curves of several runs against training time and against tokens."""
+    runs = []
+    for run_dir in run_dirs:
+        records = read_records(run_dir / "metrics.jsonl")
+        if not records:
+            raise CrammingError(f"{run_dir}: no metrics.jsonl records; is it a pretraining run directory?")
+        runs.append((f"{run_dir.parent.name}/{run_dir.name}", records))
+    scale, unit = _time_unit(max(records[-1]["elapsed"] for _, records in runs))
+    by_time = [([r["elapsed"] / scale for r in records], label, records) for label, records in runs]
+    by_tokens = [([r["tokens"] for r in records], label, records) for label, records in runs]
+    figure = Figure(figsize=(11, 4), layout="constrained")
+    FigureCanvasAgg(figure)
+    for axes, curves, x_label in zip(figure.subplots(1, 2), (by_time, by_tokens), (f"training time ({unit})", "tokens")):
+        for x, label, records in curves:
+            axes.plot(x, [r["loss"] for r in records], label=label, linewidth=1.2)
+        axes.set_xlabel(x_label)
+        axes.set_ylabel("MLM loss")
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8)
+    figure.suptitle(f"{len(runs)} runs")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    return path

@@ -1,0 +1,86 @@
+"""summary.json: the record a run leaves behind, however it ended.
+
+Written at the end of every run — finished, stopped at max_steps, stopped by non-finite losses or
+interrupted — so an ablation table can be built from summary files alone. Losses come from
+metrics.jsonl, so the summary and the curve always agree.
+"""
+
+import json
+import resource
+import statistics
+from pathlib import Path
+
+import torch
+
+from cramming.hardware import model_flops_utilization
+
+SMOOTHING_FRACTION = 0.1  # smoothed loss: mean of the records in the last 10% of the steps
+
+
+def read_records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def smoothed_loss(records: list[dict]) -> float | None:
+    """Mean logged loss over the last SMOOTHING_FRACTION of the steps (at least the last record)."""
+    if not records:
+        return None
+    last_step = records[-1]["step"]
+    tail = [r["loss"] for r in records if r["step"] > (1 - SMOOTHING_FRACTION) * last_step] or [records[-1]["loss"]]
+    return sum(tail) / len(tail)
+
+
+def compile_seconds(first_steps: list[tuple[float, int]]) -> float | None:
+    """How much longer the first step took than its microbatches take later: compilation and warm-up.
+
+    `first_steps` holds (seconds, microbatches) of the first optimizer steps of this process.
+    """
+    if len(first_steps) < 2:
+        return None
+    per_microbatch = statistics.median(seconds / microbatches for seconds, microbatches in first_steps[1:])
+    seconds, microbatches = first_steps[0]
+    return max(seconds - microbatches * per_microbatch, 0.0)
+
+
+def peak_memory_gb(device: torch.device) -> float:
+    """Peak memory of training: allocated on the GPU (since the last reset), resident set on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30  # Linux reports KiB
+
+
+def build_summary(*, records: list[dict], stop_reason: str, progress: dict, budget_hours: float,
+                  wall_budget: float, session_training_s: float, session_wall_s: float,
+                  first_steps: list[tuple[float, int]], peak_memory: float, energy_wh: float | None,
+                  flops_per_token: float, peak_tflops: float | None, microbatch: dict) -> dict:
+    elapsed = progress["elapsed"]
+    tokens_per_s = progress["tokens"] / elapsed if elapsed > 0 else None
+    mfu = model_flops_utilization(tokens_per_s, flops_per_token, peak_tflops) if tokens_per_s else None
+    compiled = compile_seconds(first_steps)
+    return {
+        "stop_reason": stop_reason,  # budget | max_steps | non-finite | interrupted | error
+        "tokens": progress["tokens"],
+        "steps": progress["step"],
+        "microbatches": progress["microbatches"],
+        "microbatch_size": microbatch["size"],
+        "microbatch_source": microbatch["source"],
+        "final_loss": records[-1]["loss"] if records else None,
+        "smoothed_loss": smoothed_loss(records),
+        "mean_tokens_per_s": round(tokens_per_s, 1) if tokens_per_s else None,
+        "mean_mfu": round(mfu, 4) if mfu is not None else None,
+        "nonfinite_skipped": progress["nonfinite_total"],
+        "training_s": round(elapsed, 3),  # on the budget clock, earlier runs of a resumed training included
+        "compile_s": round(compiled, 3) if compiled is not None else None,  # estimate, this process only
+        "outside_training_s": round(session_wall_s - session_training_s, 3),  # this process: data, search, setup
+        "peak_memory_gb": round(peak_memory, 3),
+        "energy_wh": round(energy_wh, 3) if energy_wh is not None else None,  # NVML, this process only
+        "budget_gpu_hours": budget_hours,
+        "budget_wall_s": round(wall_budget, 3),
+        "budget_used_fraction": round(min(elapsed / wall_budget, 1.0), 4),
+    }
+
+
+def write_summary(path: Path, summary: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    tmp.replace(path)

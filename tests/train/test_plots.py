@@ -1,0 +1,22 @@
+"""The plots of a GPU run (MFU and NVML telemetry present), drawn from a metrics.jsonl written here."""
+
+import json
+
+from matplotlib.image import imread
+
+from cramming.train.plots import plot_run
+
+
+def test_a_gpu_runs_plots_include_mfu_and_the_gpu_panels(tmp_path):
+    run_dir = tmp_path / "gpu-run" / "2026-01-01_00-00-00"
+    run_dir.mkdir(parents=True)
+    records = [{"step": step, "elapsed": 600.0 * step, "tokens": 10**6 * step, "loss": 9.0 - step / 10,
+                "lr": 1e-3, "batch_size": 128 * step, "tokens_per_s": 1667.0, "mfu": 0.4 if step > 1 else None,
+                "gpu_util": 95.0, "gpu_mem_gb": 40.0, "gpu_temp_c": 70.0, "gpu_power_w": 250.0, "energy_wh": step}
+               for step in range(1, 30)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    sizes = {path.stem: imread(path).shape[:2] for path in plot_run(run_dir)}
+    # (height, width): two panels a row; the four GPU figures in two rows
+    assert sizes == {"loss": (400, 1100), "schedules": (400, 1100), "throughput": (400, 1100),
+                     "hardware": (800, 1100)}
+

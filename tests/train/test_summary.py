@@ -1,0 +1,18 @@
+"""The summary's derived figures: the smoothed loss and the compile-time estimate."""
+
+import pytest
+
+from cramming.train.summary import compile_seconds, smoothed_loss
+
+
+def test_smoothed_loss_is_the_mean_over_the_last_tenth_of_the_steps():
+    records = [{"step": step, "loss": float(step)} for step in range(1, 21)]
+    assert smoothed_loss(records) == pytest.approx(19.5)  # steps 19 and 20
+    assert smoothed_loss(records[:1]) == 1.0 and smoothed_loss([]) is None
+
+
+def test_compile_time_is_the_first_steps_excess_over_later_microbatches():
+    # first step: 1 microbatch in 5 s; later: 0.5 s per microbatch
+    assert compile_seconds([(5.0, 1), (0.5, 1), (1.0, 2), (0.6, 1)]) == pytest.approx(4.5)
+    assert compile_seconds([(0.4, 1), (0.5, 1)]) == 0.0  # never negative
+    assert compile_seconds([(5.0, 1)]) is None  # nothing to compare with

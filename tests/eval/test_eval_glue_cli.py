@@ -55,3 +55,9 @@ def test_bad_input_ends_in_one_line(rte_checkpoint, tmp_path, overrides, message
     assert run.returncode == 2
     assert "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1].startswith(message)
+
+
+def test_missing_checkpoint_argument_ends_in_one_line(tmp_path):
+    run = _eval_glue(f"output_dir={tmp_path}", timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1] == "error: ckpt is required: add ckpt=... to the command"

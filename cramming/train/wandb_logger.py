@@ -28,16 +28,21 @@ class WandbLogger:
             return
         import wandb
 
-        self.run = wandb.init(
-            project=cfg.wandb.project,
-            entity=cfg.wandb.entity,
-            mode=mode,
-            dir=run_dir,
-            name=f"{cfg.name}/{run_dir.name}",
-            id=hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:16],  # a resume continues the W&B run
-            resume="allow",
-            config=OmegaConf.to_container(cfg, resolve=True),
-        )
+        try:
+            self.run = wandb.init(
+                project=cfg.wandb.project,
+                entity=cfg.wandb.entity,
+                mode=mode,
+                dir=run_dir,
+                name=f"{cfg.name}/{run_dir.name}",
+                id=hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:16],  # a resume continues it
+                resume="allow",
+                config=OmegaConf.to_container(cfg, resolve=True),
+            )
+        except wandb.errors.Error as error:  # no API key, no network, no such entity
+            raise CrammingError(
+                f"wandb={mode}: W&B did not start ({error}); run `wandb login`, or use wandb=offline"
+            ) from None
 
     def log(self, record: dict) -> None:
         if self.run is not None:

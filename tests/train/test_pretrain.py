@@ -230,3 +230,15 @@ def test_two_processes_with_gloo(cache_dir, tmp_path):
 def test_bad_config_is_one_clear_line(cache_dir, tmp_path, overrides, message):
     run = pretrain(*TINY_RUN, "budget=0.001", f"output_dir={tmp_path}", *overrides)
     assert run.returncode != 0 and message in run.stderr and "Traceback" not in run.stderr
+
+
+def test_wandb_online_without_an_account_is_one_line(cache_dir, tmp_path):
+    env = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_")}
+    env["HOME"] = str(tmp_path)  # no ~/.netrc, so no stored W&B key
+    run = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "pretrain.py"), *TINY_RUN, "budget=0.0002", f"output_dir={tmp_path}",
+         "wandb=online"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "error: wandb=online: W&B did not start" in run.stderr

@@ -9,9 +9,9 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from cramming.errors import CrammingError
+from cramming.runtime import DTYPES
 
 log = logging.getLogger(__name__)
-PRECISIONS = ("bf16", "fp16", "fp32")
 
 
 @dataclass
@@ -33,8 +33,8 @@ ConfigStore.instance().store(group="gpu", name="schema", node=GpuProfile)
 def check_profile(profile: GpuProfile) -> None:
     if profile.device not in ("cuda", "cpu"):
         raise CrammingError(f"gpu.device={profile.device!r} must be cuda or cpu")
-    if profile.precision not in PRECISIONS:
-        raise CrammingError(f"gpu.precision={profile.precision!r} must be one of {', '.join(PRECISIONS)}")
+    if profile.precision not in DTYPES:
+        raise CrammingError(f"gpu.precision={profile.precision!r} must be one of {', '.join(DTYPES)}")
     if profile.microbatch_size < 1:
         raise CrammingError(f"gpu.microbatch_size={profile.microbatch_size} must be positive")
     if profile.device == "cuda" and not torch.cuda.is_available():
@@ -79,12 +79,12 @@ def model_flops_utilization(tokens_per_second: float, flops_per_token: float, pe
 
 def known_profiles() -> dict[str, GpuProfile]:
     """Every profile in configs/gpu (except auto), checked against the schema."""
-    from pathlib import Path
-
     from omegaconf import OmegaConf
 
+    from cramming import CONFIG_DIR
+
     profiles = {}
-    for path in sorted((Path(__file__).resolve().parents[1] / "configs" / "gpu").glob("*.yaml")):
+    for path in sorted((CONFIG_DIR / "gpu").glob("*.yaml")):
         settings = OmegaConf.load(path)
         settings.pop("defaults", None)
         if path.stem != "auto":

@@ -1,31 +1,9 @@
-"""Overlay the loss curves of several pretraining runs, against training time and against tokens.
+"""Overlay the loss curves of several pretraining runs (the work: cramming.train.plots).
 
-    python scripts/plot_runs.py outputs/base/2026-01-01_10-00-00 outputs/ablation-lr/2026-01-02_09-00-00
-    python scripts/plot_runs.py outputs/a/* outputs/b/* --out comparison.png
-
-Each argument is a run directory (the one holding metrics.jsonl).
+    python scripts/plot_runs.py outputs/base/<timestamp> outputs/ablation-lr/<timestamp> --out comparison.png
 """
 
-import argparse
-import sys
-from pathlib import Path
-
-from cramming.errors import CrammingError
-from cramming.train.plots import plot_comparison
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="run directories (each with a metrics.jsonl)")
-    parser.add_argument("--out", type=Path, default=Path("loss_comparison.png"), help="the PNG to write")
-    args = parser.parse_args(argv)
-    try:
-        path = plot_comparison(args.runs, args.out)
-    except CrammingError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
-    print(f"wrote {path}")
-
+from cramming.cli.plot_runs import main
 
 if __name__ == "__main__":
     main()

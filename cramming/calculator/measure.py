@@ -15,7 +15,7 @@ from .candidates import shapes
 from .config import CalculatorConfig
 from .speed_model import (SpeedModel, fit_constants, non_embedding_flops_per_token, save_measurement,
                           speed_formula)
-from .timing import time_training
+from cramming.bench.timing import time_training
 
 log = logging.getLogger("calculator")
 BASE = ModelConfig(name="candidate")  # crammed-bert's layout; depth, width, heads and FFN vary

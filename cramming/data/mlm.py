@@ -58,7 +58,9 @@ class MLMCollator:
 
     def __call__(self, items: list[dict]) -> dict[str, torch.Tensor]:
         rows = np.stack([item["input_ids"] for item in items]).astype(np.int64)  # (B, T)
-        rng = np.random.default_rng([self.seed, items[0]["position"]])
+        return self.masked_batch(rows, np.random.default_rng([self.seed, items[0]["position"]]))
+
+    def masked_batch(self, rows: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         input_ids, labels, positions = self.mask(rows, rng)
         return {
             "input_ids": torch.from_numpy(input_ids),
@@ -85,3 +87,12 @@ class MLMCollator:
         input_ids = rows.copy()
         np.put_along_axis(input_ids, positions, np.where(chosen_is_regular, replacement, chosen_tokens), axis=1)
         return input_ids, labels, positions
+
+
+def synthetic_mlm_batch(batch_size: int, seq_length: int, vocab_size: int, mlm_rate: float,
+                        seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random regular tokens, masked as the collator masks real rows: the shapes and the work of a real
+    batch without a corpus, for timing (benchmark, calculator) and the microbatch memory search."""
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(len(SPECIAL_TOKENS), vocab_size, size=(batch_size, seq_length), dtype=np.int64)
+    return MLMCollator(vocab_size, mlm_rate, seed).masked_batch(rows, rng)

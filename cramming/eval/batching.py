@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from cramming.data.glue import GlueSplit
+from cramming.eval.data import GlueSplit
 
 BUCKET_BATCHES = 50  # length bucketing sorts within windows of this many batches, so batches stay random
 

@@ -10,14 +10,15 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from cramming.data.glue import GlueDataMissing, GlueTask, GlueTaskData, get_task, load_task
+from cramming.eval.data import GlueDataMissing, GlueTask, GlueTaskData, get_task, load_task
 from cramming.errors import CrammingError
 from cramming.eval.batching import encode_split, subset
 from cramming.eval.config import GlueConfig, as_glue_config, protocol_deviations
-from cramming.eval.finetune import Runtime, finetune, resolve_runtime
+from cramming.eval.finetune import finetune
 from cramming.eval.metrics import PROTOCOL_NUMBERS, glue_average
 from cramming.eval.report import write_reports
-from cramming.model import build_classifier_from_pretrained
+from cramming.model.checkpoint import build_classifier_from_pretrained
+from cramming.runtime import Precision, prepare_device, resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +32,9 @@ def run_glue(eval_cfg: Any, checkpoint_dir: str | Path, output_dir: str | Path) 
     started = time.perf_counter()
     cfg = as_glue_config(eval_cfg)
     tasks = _check(cfg)
-    runtime = resolve_runtime(cfg.device, cfg.precision)
-    if runtime.device.type == "cpu":
-        torch.set_flush_denormal(True)
+    device = resolve_device(cfg.device, "eval.device")
+    precision = Precision.resolve(cfg.precision, device, "eval.precision")
+    prepare_device(device)
     tokenizer = _check_checkpoint(str(checkpoint_dir), cfg)
     data, task_results = _load_data(tasks, cfg)
 
@@ -42,7 +43,7 @@ def run_glue(eval_cfg: Any, checkpoint_dir: str | Path, output_dir: str | Path) 
         capped = cfg.max_train_examples is not None and cfg.max_train_examples < len(task_data.train)
         using = f" (using {cfg.max_train_examples}: eval.max_train_examples)" if capped else ""
         log.info("%s: %d train examples%s, evaluation on %s", name, len(task_data.train), using, sizes)
-        task_results[name] = _run_task(task_data, tokenizer, str(checkpoint_dir), cfg, runtime)
+        task_results[name] = _run_task(task_data, tokenizer, str(checkpoint_dir), cfg, device, precision)
     task_results = {task.name: task_results[task.name] for task in tasks}  # in the requested order
 
     ran = [result for result in task_results.values() if result["status"] == "ran"]
@@ -59,8 +60,8 @@ def run_glue(eval_cfg: Any, checkpoint_dir: str | Path, output_dir: str | Path) 
         "hyperparameters": dataclasses.asdict(cfg),
         "protocol_deviations": protocol_deviations(cfg),
         "runtime": {
-            "device": str(runtime.device),
-            "precision": runtime.precision,
+            "device": str(device),
+            "precision": precision.name,
             "torch": torch.__version__,
         },
         "wall_seconds": time.perf_counter() - started,
@@ -121,7 +122,8 @@ def _run_task(
     tokenizer: PreTrainedTokenizerFast,
     checkpoint_dir: str,
     cfg: GlueConfig,
-    runtime: Runtime,
+    device: torch.device,
+    precision: Precision,
 ) -> dict:
     """Every seed of one task; the reported score of each metric is the median of the seeds' last epochs."""
     started = time.perf_counter()
@@ -141,7 +143,7 @@ def _run_task(
         classifier, _ = build_classifier_from_pretrained(checkpoint_dir, task.num_labels, dropout=cfg.dropout)
         describe = f"{task.name} seed {seed}"
         pad_id = tokenizer.pad_token_id
-        histories[seed] = finetune(classifier, train, evaluations, cfg, runtime, seed, pad_id, describe)
+        histories[seed] = finetune(classifier, train, evaluations, cfg, device, precision, seed, pad_id, describe)
     finals = [history[-1]["scores"] for history in histories.values()]
     scores = {
         split: {metric: statistics.median(final[split][metric] for final in finals) for metric in metrics}

@@ -1,18 +1,11 @@
-"""The crammed BERT model: arch config, encoder and heads, checkpoints, export to `transformers`, FLOPs."""
+"""The crammed BERT model (crammed_bert.py, top to bottom), its arch config, builders and FLOPs.
 
-from .checkpoint import build_classifier_from_pretrained, load_pretrained, save_pretrained
+Checkpoint directories: cramming.model.checkpoint; export to transformers: cramming.model.export (the only
+part that imports transformers, so commands that do not export do not pay for importing it).
+"""
+
 from .config import ModelConfig
-from .export import export_to_transformers
 from .factory import build_classifier, build_mlm_model
 from .flops import training_flops_per_token
 
-__all__ = [
-    "ModelConfig",
-    "build_classifier",
-    "build_classifier_from_pretrained",
-    "build_mlm_model",
-    "export_to_transformers",
-    "load_pretrained",
-    "save_pretrained",
-    "training_flops_per_token",
-]
+__all__ = ["ModelConfig", "build_classifier", "build_mlm_model", "training_flops_per_token"]

@@ -9,17 +9,20 @@ import dataclasses
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import PreTrainedTokenizerFast
 
 from ..errors import CrammingError
 from .config import ModelConfig, as_model_config
+from .crammed_bert import CrammedForMaskedLM, CrammedForSequenceClassification
 from .factory import build_classifier
-from .modeling import CrammedForMaskedLM, CrammedForSequenceClassification
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -38,7 +41,7 @@ def unwrap(model: nn.Module) -> nn.Module:
             return model
 
 
-def save_pretrained(model: nn.Module, directory: str | os.PathLike, tokenizer: PreTrainedTokenizerFast):
+def save_pretrained(model: nn.Module, directory: str | os.PathLike, tokenizer: "PreTrainedTokenizerFast"):
     """Write `model` (masked-LM or classifier, compiled or not) and its tokenizer into `directory`."""
     model = unwrap(model)
     if type(model) not in _TASKS:
@@ -64,7 +67,7 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike, tokenizer: P
     tokenizer.save_pretrained(directory)
 
 
-def load_pretrained(directory: str | os.PathLike) -> tuple[nn.Module, PreTrainedTokenizerFast]:
+def load_pretrained(directory: str | os.PathLike) -> tuple[nn.Module, "PreTrainedTokenizerFast"]:
     """The model saved in `directory` (masked-LM, or classifier if one was saved), in eval mode, and its
     tokenizer."""
     meta, cfg = read_config(directory)
@@ -78,7 +81,7 @@ def load_pretrained(directory: str | os.PathLike) -> tuple[nn.Module, PreTrained
 
 def build_classifier_from_pretrained(
     directory: str | os.PathLike, num_labels: int, dropout: float = 0.1
-) -> tuple[CrammedForSequenceClassification, PreTrainedTokenizerFast]:
+) -> tuple[CrammedForSequenceClassification, "PreTrainedTokenizerFast"]:
     """Encoder weights from a checkpoint, a fresh [CLS] head with `num_labels` outputs; `dropout` in the
     encoder and the head (the checkpoint's pretraining value is replaced)."""
     meta, cfg = read_config(directory)
@@ -126,7 +129,9 @@ def read_weights(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
         raise CrammingError(f"{path} is corrupt or unreadable ({error})") from None
 
 
-def read_tokenizer(directory: str | os.PathLike) -> PreTrainedTokenizerFast:
+def read_tokenizer(directory: str | os.PathLike) -> "PreTrainedTokenizerFast":
+    from transformers import PreTrainedTokenizerFast  # here, so that importing cramming.model stays light
+
     path = Path(directory) / TOKENIZER_NAME
     if not path.is_file():
         raise CrammingError(f"{path} is missing: the checkpoint has no tokenizer")

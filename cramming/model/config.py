@@ -1,38 +1,16 @@
-"""Typed schema of the Hydra group `arch`: every key here is used, any other key is rejected.
+"""The Hydra group `arch`: ModelConfig (defined with the model) as its typed schema, and its checks.
 
-The architecture is described by its components (norm placement, FFN kind, positions, head) rather than
-by a single "kind" switch, so each design choice of the crammed recipe can be ablated on its own.
+Every key is used and any other key is rejected; a value that cannot build a model is a one-line error.
 """
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from ..errors import CrammingError
-
-
-@dataclass
-class ModelConfig:
-    name: str = MISSING  # label of this architecture, e.g. crammed-bert
-    num_layers: int = 16
-    hidden_size: int = 768
-    num_heads: int = 12
-    intermediate_size: int = 3072  # with ffn=glu: split into gate and value halves of intermediate_size / 2
-    ffn: str = "glu"  # glu: GELU(gate) * value | gelu: GELU(x), as in BERT
-    norm_scheme: str = "pre"  # pre: x + f(LN x) | post: LN(x + f(x)), as in BERT
-    final_norm: bool = True  # LayerNorm after the last layer
-    bias: bool = False  # biases in every Linear of the encoder and MLM head (decoder bias included)
-    positions: str = "scaled-sinusoidal"  # scaled-sinusoidal: fixed sinusoids x one learned scalar | learned
-    max_position_embeddings: int = 128  # longest input; also the size of a learned position table
-    head_transform: bool = False  # BERT's dense + GELU + LayerNorm before the MLM decoder
-    sparse_prediction: bool = True  # run the decoder and loss on the masked positions only
-    norm_eps: float = 1e-12
-    init_scheme: str = "normal"  # normal: N(0, init_std) | scaled: residual output projections / sqrt(2L)
-    init_std: float = 0.02
-    dropout: float = 0.0  # embeddings, attention probs, residual branches, classifier; 0 in pretraining
+from .crammed_bert import ModelConfig
 
 
 ConfigStore.instance().store(group="arch", name="schema", node=ModelConfig)

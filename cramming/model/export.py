@@ -2,7 +2,8 @@
 
 The BERT layout (post-LN, GELU FFN, biases, learned positions, head transform, no final norm) maps onto the
 native BertForMaskedLM / BertForSequenceClassification. Any other layout, crammed-bert included, is written
-as remote code: our own modules next to config.json, loaded with `trust_remote_code=True`.
+as remote code: the training model's own file (crammed_bert.py) and its transformers wrappers next to
+config.json, loaded with `trust_remote_code=True`.
 """
 
 import os
@@ -11,13 +12,14 @@ from pathlib import Path
 
 import torch
 from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification
-from transformers.dynamic_module_utils import get_relative_import_files
 
 from ..errors import CrammingError
-from . import modeling_crammed_bert
+from . import configuration_crammed_bert, crammed_bert, modeling_crammed_bert
 from .checkpoint import load_pretrained
 from .configuration_crammed_bert import CrammedBertConfig
-from .modeling import CrammedForMaskedLM
+from .crammed_bert import CrammedForMaskedLM
+
+REMOTE_CODE = (modeling_crammed_bert, configuration_crammed_bert, crammed_bert)  # torch + transformers only
 
 
 def export_to_transformers(directory_in: str | os.PathLike, directory_out: str | os.PathLike) -> None:
@@ -120,7 +122,7 @@ _AUTO_MAP = {
 
 
 def _save_remote_code(model, directory) -> None:
-    """Weights and config.json (with auto_map) through transformers, then our source files beside them."""
+    """Weights and config.json (with auto_map) through transformers, then the model's source beside them."""
     arch = {k: v for k, v in vars(model.config).items() if k != "name"}
     if isinstance(model, CrammedForMaskedLM):
         config = CrammedBertConfig(vocab_size=model.vocab_size, **arch)
@@ -131,6 +133,5 @@ def _save_remote_code(model, directory) -> None:
     hf_model.crammed.load_state_dict(model.state_dict(), strict=True)
     config.auto_map = _AUTO_MAP
     hf_model.save_pretrained(directory)
-    source = Path(modeling_crammed_bert.__file__)
-    for path in [source, *map(Path, get_relative_import_files(source))]:
-        shutil.copyfile(path, Path(directory) / path.name)
+    for module in REMOTE_CODE:
+        shutil.copyfile(module.__file__, Path(directory) / Path(module.__file__).name)

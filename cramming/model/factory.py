@@ -1,12 +1,8 @@
-"""Build freshly initialized models from an arch config."""
-
-import math
-
-from torch import nn
+"""Build freshly initialized models from an arch config (checked first)."""
 
 from ..errors import CrammingError
 from .config import as_model_config
-from .modeling import CrammedForMaskedLM, CrammedForSequenceClassification
+from .crammed_bert import CrammedForMaskedLM, CrammedForSequenceClassification, init_weights
 
 
 def build_mlm_model(cfg, vocab_size: int) -> CrammedForMaskedLM:
@@ -26,23 +22,6 @@ def build_classifier(cfg, vocab_size: int, num_labels: int) -> CrammedForSequenc
     model = CrammedForSequenceClassification(cfg, vocab_size, num_labels)
     init_weights(model, cfg)
     return model
-
-
-def init_weights(model: nn.Module, cfg) -> None:
-    """N(0, init_std) for every Linear and Embedding weight, zero Linear biases (LayerNorms keep 1 and 0).
-
-    init_scheme=scaled divides the std of each residual branch's output projection by sqrt(2 * num_layers),
-    as in GPT-2, so the residual stream does not grow with depth.
-    """
-    residual_std = cfg.init_std
-    if cfg.init_scheme == "scaled":
-        residual_std /= math.sqrt(2 * cfg.num_layers)
-    for name, module in model.named_modules():
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            is_residual_output = name.endswith(("attention.dense", "ffn.output"))
-            nn.init.normal_(module.weight, mean=0.0, std=residual_std if is_residual_output else cfg.init_std)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
 
 
 def _check_size(key: str, value) -> None:

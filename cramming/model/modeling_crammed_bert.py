@@ -1,17 +1,15 @@
 """`transformers` classes around the crammed models:
 `AutoModelFor{MaskedLM,SequenceClassification}.from_pretrained(dir, trust_remote_code=True)`.
 
-The export copies this file with its relative imports (modeling, encoder, heads, layers: torch only), so an
-exported model runs exactly the code that trained it, [CLS] classification head included.
+The export copies this file with configuration_crammed_bert.py and crammed_bert.py, so an exported model
+runs the code that trained it: the same forward, [CLS] head and initialization (`init_module`).
 """
 
-from torch import nn
 from transformers import PreTrainedModel
 from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutput
 
 from .configuration_crammed_bert import CrammedBertConfig
-from .layers import Embeddings
-from .modeling import CrammedForMaskedLM, CrammedForSequenceClassification
+from .crammed_bert import CrammedForMaskedLM, CrammedForSequenceClassification, init_module
 
 
 class CrammedBertPreTrainedModel(PreTrainedModel):
@@ -19,15 +17,9 @@ class CrammedBertPreTrainedModel(PreTrainedModel):
     base_model_prefix = "crammed"
 
     def _init_weights(self, module):
-        """Fills what a checkpoint lacks (a new classifier head): N(0, init_std), zero biases, unit norms."""
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=self.config.init_std)
-        if isinstance(module, (nn.Linear, nn.LayerNorm)) and module.bias is not None:
-            nn.init.zeros_(module.bias)
-        if isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-        if isinstance(module, Embeddings) and module.position_embeddings is None:
-            nn.init.constant_(module.position_scale, self.config.hidden_size**-0.5)
+        """transformers calls this bottom-up for a model built from its config, and for what a checkpoint
+        lacks (a new classifier head): the training initialization, init_scheme included."""
+        init_module(module, self.config)
 
 
 class CrammedBertForMaskedLM(CrammedBertPreTrainedModel):
@@ -36,9 +28,7 @@ class CrammedBertForMaskedLM(CrammedBertPreTrainedModel):
         self.crammed = CrammedForMaskedLM(config, config.vocab_size)
         self.post_init()
 
-    def forward(
-        self, input_ids, attention_mask=None, token_type_ids=None, labels=None, masked_positions=None
-    ):
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, masked_positions=None):
         """Logits (B, T, V), or (B, k, V) at `masked_positions`. token_type_ids are accepted so that
         `model(**tokenizer(...))` works; the model has no segment embeddings."""
         out = self.crammed(input_ids, labels, masked_positions, attention_mask)

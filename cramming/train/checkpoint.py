@@ -1,32 +1,31 @@
-"""Training checkpoints: model (safetensors) + tokenizer + trainer state, written atomically.
+"""Training checkpoints: writing them (atomically, on a cadence), and restoring a run from one.
 
-A checkpoint directory `checkpoints/step-00001234/` (or `final/`) is what `eval_glue.py` and
-`transformers` read, plus `trainer_state.pt` (optimizer, scaler, RNG, data position, clock) that a
-resume loads with `torch.load(weights_only=True)`: no code is ever unpickled.
+A checkpoint directory `checkpoints/step-00001234/` (or `final/`) is what `eval_glue.py` and `transformers`
+read, plus `trainer_state.pt` (progress, optimizer, loss scaler, RNG, the callbacks' state, and the
+fingerprint of the settings a resume must match), loaded with `torch.load(weights_only=True)`: no code is
+ever unpickled.
 """
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 from torch import nn
-from transformers import PreTrainedTokenizerFast
 
 from cramming.errors import CrammingError
-from cramming.model import save_pretrained
+from cramming.model.checkpoint import read_weights, save_pretrained
+from cramming.runs import FINAL, STATE_FILE, step_name
+from cramming.train.callbacks import Callback, CallbackList
+from cramming.train.plots import plot_run
+from cramming.train.state import Progress, TrainState
 
-STATE_FILE = "trainer_state.pt"
-FINAL = "final"
+RESUME_MUST_MATCH = ("arch", "data", "train")
 
 
-def step_name(step: int) -> str:
-    return f"step-{step:08d}"
-
-
-def save_checkpoint(
-    run_dir: Path, name: str, model: nn.Module, tokenizer: PreTrainedTokenizerFast, state: dict, keep_last: int
-) -> Path:
+def save_checkpoint(run_dir: Path, name: str, model: nn.Module, tokenizer, state: dict, keep_last: int) -> Path:
     """Write into a temporary directory, then rename it into place; prune old step checkpoints."""
     root = run_dir / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
@@ -39,34 +38,10 @@ def save_checkpoint(
         os.rename(target, old)
     os.rename(tmp, target)
     shutil.rmtree(old, ignore_errors=True)
-    for stale in sorted(root.glob("step-*"))[:-keep_last] if keep_last > 0 else sorted(root.glob("step-*")):
+    steps = sorted(root.glob("step-*"))
+    for stale in steps[:-keep_last] if keep_last > 0 else steps:
         shutil.rmtree(stale, ignore_errors=True)
     return target
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """`final` if the run finished, else its highest step checkpoint."""
-    root = run_dir / "checkpoints"
-    if (root / FINAL / STATE_FILE).exists():
-        return root / FINAL
-    steps = sorted(path for path in root.glob("step-*") if (path / STATE_FILE).exists())
-    return steps[-1] if steps else None
-
-
-def resolve_resume(resume: str, output_dir: Path, name: str) -> Path:
-    """A checkpoint dir from `resume=<checkpoint dir | run dir | latest>`."""
-    if resume == "latest":
-        runs = sorted((output_dir / name).glob("*"), reverse=True) if (output_dir / name).is_dir() else []
-        for run_dir in runs:
-            if checkpoint := latest_checkpoint(run_dir):
-                return checkpoint
-        raise CrammingError(f"resume=latest: no run of {name!r} with a checkpoint under {output_dir / name}")
-    path = Path(resume).expanduser()
-    if (path / STATE_FILE).exists():
-        return path
-    if path.is_dir() and (checkpoint := latest_checkpoint(path)):
-        return checkpoint
-    raise CrammingError(f"resume={resume}: not a checkpoint or a run directory with checkpoints")
 
 
 def load_state(checkpoint: Path) -> dict:
@@ -74,3 +49,72 @@ def load_state(checkpoint: Path) -> dict:
         return torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=True)
     except Exception as error:  # a truncated or foreign file
         raise CrammingError(f"cannot read {checkpoint / STATE_FILE}: {error}") from None
+
+
+def resume_fingerprint(cfg, microbatch_size: int, world_size: int) -> dict:
+    """What a resumed run must share with its checkpoint for the continuation to be exact."""
+    sections = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in RESUME_MUST_MATCH}
+    return {**sections, "microbatch_size": microbatch_size, "world_size": world_size}
+
+
+def restore(checkpoint: Path, saved: dict, fingerprint: dict, resume: str, model: nn.Module,
+            optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, device: torch.device) -> Progress:
+    """Put model, optimizer, scaler and RNG back as `saved` (the checkpoint's trainer state) has them."""
+    differing = [key for key in fingerprint if saved["fingerprint"].get(key) != fingerprint[key]]
+    if differing:
+        raise CrammingError(
+            f"resume={resume}: this run's {', '.join(differing)} differ from the checkpoint's; "
+            "resume with the same settings (or start a new run)"
+        )
+    model.load_state_dict(read_weights(checkpoint))
+    optimizer.load_state_dict(saved["optimizer"])
+    if saved["scaler"]:
+        scaler.load_state_dict(saved["scaler"])
+    torch.set_rng_state(saved["rng"]["torch"])
+    if device.type == "cuda" and saved["rng"]["cuda"] is not None:
+        torch.cuda.set_rng_state(saved["rng"]["cuda"], device)
+    return Progress(**saved["progress"])
+
+
+class Checkpointer(Callback):
+    """A checkpoint every `interval_minutes` of training (on the budget clock) and `final` at the end.
+
+    Every rank keeps the cadence; rank 0 writes, with the state of every callback in `callbacks`.
+    """
+
+    name = "checkpointer"
+
+    def __init__(self, checkpoint_cfg, tokenizer, scaler: torch.amp.GradScaler, fingerprint: dict,
+                 callbacks: CallbackList, is_main: bool):
+        self.interval_s = checkpoint_cfg.interval_minutes * 60
+        self.keep_last = checkpoint_cfg.keep_last
+        self.tokenizer, self.scaler, self.fingerprint = tokenizer, scaler, fingerprint
+        self.callbacks, self.is_main = callbacks, is_main
+        self.last_at = 0.0
+
+    def on_train_start(self, state: TrainState) -> None:
+        self.last_at = state.clock.elapsed
+
+    def after_step(self, state: TrainState) -> None:
+        if state.clock.elapsed - self.last_at >= self.interval_s:
+            self.save(state, step_name(state.progress.step))
+
+    def on_train_end(self, state: TrainState, reason: str) -> None:
+        self.save(state, FINAL)
+
+    def save(self, state: TrainState, name: str) -> None:
+        self.last_at = state.clock.elapsed
+        if not self.is_main:
+            return
+        cuda = state.device.type == "cuda"
+        trainer_state = {
+            "progress": dataclasses.asdict(state.progress),
+            "optimizer": state.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(state.device) if cuda else None},
+            "callbacks": self.callbacks.state_dict(),
+            "fingerprint": self.fingerprint,
+        }
+        save_checkpoint(state.run_dir, name, state.model, self.tokenizer, trainer_state, self.keep_last)
+        if name != FINAL:  # the end of the run draws its own, whatever way it ends
+            plot_run(state.run_dir)

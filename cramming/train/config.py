@@ -17,7 +17,8 @@ class OptimConfig:
     lr: float = 1e-3
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-12
-    weight_decay: float = 0.01  # not applied to norms and biases
+    weight_decay: float = 0.01  # on matrices only: never norms, biases or scalars
+    decay_embeddings: bool = True  # false: no weight decay on embedding tables either
     grad_clip: Optional[float] = 0.5  # max global gradient norm; null disables
 
 
@@ -25,8 +26,8 @@ class OptimConfig:
 class TrainConfig:
     name: str = MISSING
     optim: OptimConfig = field(default_factory=OptimConfig)
-    # lr multiplier of the progress fraction f: triangle = min(0.25 + f, 4 - 4f) (the crammed recipe),
-    # constant, linear (1 - f), cosine (warm-up over warmup_fraction, then cosine to 0)
+    # lr multiplier of the progress fraction f (cramming.runtime.lr_multiplier): triangle = min(0.25 + f,
+    # 4 - 4f) (the crammed recipe), constant, linear (1 - f), cosine (warm-up over warmup_fraction, then to 0)
     lr_schedule: str = "triangle"
     warmup_fraction: float = 0.1  # cosine only
     # progress f is the elapsed fraction of the time budget ("budget") or of max_steps ("steps")

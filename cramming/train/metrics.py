@@ -1,6 +1,6 @@
 """What a run shows: one console line and one metrics.jsonl record every `logging.every_steps` steps.
 
-Each record also carries the hardware telemetry of its interval (see telemetry.py).
+Each record also carries the hardware telemetry of its interval (see telemetry.py) and goes to W&B.
 """
 
 import json
@@ -8,7 +8,13 @@ import logging
 import time
 from pathlib import Path
 
+import torch
+
 from cramming.hardware import model_flops_utilization
+from cramming.train.callbacks import Callback
+from cramming.train.state import TrainState
+from cramming.train.telemetry import TelemetrySampler
+from cramming.train.wandb_logger import WandbLogger
 
 log = logging.getLogger("pretrain")
 
@@ -77,3 +83,65 @@ def _hardware(telemetry: dict) -> str:
     """The console's short form of the telemetry, e.g. ` | GPU 97% 61.2 GiB 71°C 290 W`."""
     shown = " ".join(form.format(telemetry[key]) for key, form in _CONSOLE if key in telemetry)
     return f" | {shown}" if shown else ""
+
+
+TIMED_FIRST_STEPS = 5  # steps whose durations estimate the compile time (summary.json's compile_s)
+
+
+class MetricsLogger(Callback):
+    """Rank 0's record of the run: the mean loss of the steps since the last record (skipped steps have
+    none), with lr, batch, throughput and telemetry, every `every_steps` steps and once at the end.
+
+    The loss is summed on the device and read only when a record is written, so logging does not wait
+    for the GPU at every step. The partial sum rides in checkpoints: a resumed run writes the same records.
+    """
+
+    name = "metrics"
+
+    def __init__(self, metrics: MetricsLog, every_steps: int, sequences_per_microbatch: int,
+                 sampler: TelemetrySampler, wandb: WandbLogger, device: torch.device):
+        self.metrics, self.every_steps, self.sequences_per_microbatch = metrics, every_steps, sequences_per_microbatch
+        self.sampler, self.wandb = sampler, wandb
+        self.loss_sum = torch.zeros((), device=device)
+        self.steps = 0  # steps in loss_sum
+        self.first_steps: list[tuple[float, int]] = []  # (seconds, microbatches) of this process's first steps
+        self.step_started = 0.0
+
+    def on_train_start(self, state: TrainState) -> None:
+        self.metrics.start()
+
+    def before_step(self, state: TrainState) -> None:
+        self.step_started = state.clock.elapsed
+
+    def after_step(self, state: TrainState) -> None:
+        if len(self.first_steps) < TIMED_FIRST_STEPS:
+            self.first_steps.append((state.clock.elapsed - self.step_started, state.step_microbatches))
+        if state.step_applied:
+            self.loss_sum += state.step_loss
+            self.steps += 1
+        if state.progress.step % self.every_steps == 0 and self.steps:
+            self._write(state)
+
+    def on_train_end(self, state: TrainState, reason: str) -> None:
+        if self.steps:
+            self._write(state)
+
+    def _write(self, state: TrainState) -> None:
+        progress, clock = state.progress, state.clock
+        record = self.metrics.record(
+            step=progress.step, microbatches=progress.microbatches, tokens=progress.tokens,
+            elapsed=clock.elapsed, remaining=clock.remaining, budget_fraction=clock.fraction,
+            loss=(self.loss_sum / self.steps).item(), lr=state.lr,
+            batch_size=state.step_microbatches * self.sequences_per_microbatch,
+            nonfinite=progress.nonfinite_total, telemetry=self.sampler.read(),
+        )
+        self.wandb.log(record)
+        self.loss_sum.zero_()
+        self.steps = 0
+
+    def state_dict(self) -> dict:
+        return {"loss_sum": self.loss_sum.item(), "steps": self.steps} if self.steps else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.loss_sum.fill_(state["loss_sum"])
+        self.steps = state["steps"]

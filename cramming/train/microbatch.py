@@ -6,6 +6,7 @@ while a forward and backward pass fits (up to the batch size), halves while it d
 answer per GPU, architecture, sequence length and precision, so later runs start at once.
 """
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -13,8 +14,13 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from omegaconf import OmegaConf
 
+from cramming.data.mlm import synthetic_mlm_batch
 from cramming.errors import CrammingError
+from cramming.runtime import Precision
+from cramming.train.distributed import Distributed
+from cramming.train.settings import Settings
 
 log = logging.getLogger("pretrain")
 MEMORY_MARGIN = 0.1  # keep this fraction of the card free: allocator fragmentation, compiled graphs, pinned batches
@@ -79,20 +85,21 @@ def cached_search(cache_dir: Path, key: str, search: Callable[[], tuple[int, lis
     return size, "search"
 
 
-def cuda_step(model: torch.nn.Module, batch_of: Callable[[int], dict], autocast: Callable, extra_bytes: int):
+def cuda_step(model: torch.nn.Module, seq_length: int, vocab_size: int, mlm_rate: float, precision: Precision,
+              extra_bytes: int):
     """A trial step for the search: forward and backward of n sequences; returns peak bytes.
 
-    `extra_bytes` is memory the trial does not allocate but training will: AdamW's two moments (and
-    DDP's gradient buckets). The optimizer is not stepped and the gradients are dropped, so the
-    trial leaves the model as it found it.
+    The batch is synthetic: memory depends on its shapes, not its text. `extra_bytes` is memory the trial
+    does not allocate but training will: AdamW's two moments (and DDP's gradient buckets). The optimizer is
+    not stepped and the gradients are dropped, so the trial leaves the model as it found it.
     """
 
     def step(n: int) -> int:
         device = next(model.parameters()).device
-        batch = {key: value.to(device) for key, value in batch_of(n).items()}
+        batch = {key: value.to(device) for key, value in synthetic_mlm_batch(n, seq_length, vocab_size, mlm_rate).items()}
         torch.cuda.reset_peak_memory_stats(device)
         try:
-            with autocast():
+            with precision.autocast():
                 loss = model(**batch).loss
             loss.backward()
             torch.cuda.synchronize(device)
@@ -102,3 +109,33 @@ def cuda_step(model: torch.nn.Module, batch_of: Callable[[int], dict], autocast:
             model.zero_grad(set_to_none=True)
 
     return step
+
+
+def choose_microbatch(cfg, settings: Settings, dist: Distributed, model: torch.nn.Module, vocab_size: int,
+                      seq_length: int, saved: dict | None) -> tuple[Settings, str]:
+    """The microbatch size and where it came from, before the clock starts (the search is outside the budget).
+
+    impl.microbatch_size when set; else a resumed run's checkpoint's (its fingerprint must match); else on
+    the CPU the profile's; else on a GPU the largest power of two that fits, searched upward from the
+    profile's microbatch_size and cached per GPU, architecture, sequence length and precision.
+    """
+    if settings.microbatch_size is not None:
+        return settings, "impl.microbatch_size"
+    if saved is not None:
+        return dataclasses.replace(settings, microbatch_size=saved["fingerprint"]["microbatch_size"]), "checkpoint"
+    if settings.device.type == "cpu":
+        return dataclasses.replace(settings, microbatch_size=settings.profile.microbatch_size), "cpu profile"
+    chosen = None
+    if dist.is_main:
+        parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        extra = parameter_bytes * (3 if dist.enabled else 2)  # AdamW's two moments, DDP's gradient buckets
+        step = cuda_step(model, seq_length, vocab_size, cfg.train.mlm_rate, settings.precision, extra)
+        usable = (1 - MEMORY_MARGIN) * torch.cuda.get_device_properties(settings.device).total_memory
+        limit = max(cfg.train.batch_size // dist.world_size, 1)
+        key = cache_key(settings.device, OmegaConf.to_container(cfg.arch, resolve=True), seq_length,
+                        settings.precision.name, dist.world_size)
+        with torch.random.fork_rng(devices=[settings.device]):
+            chosen = cached_search(Path(cfg.cache_dir).expanduser(), key, lambda: search_microbatch(
+                step, settings.profile.microbatch_size, limit, usable))
+    size, source = dist.broadcast(chosen)
+    return dataclasses.replace(settings, microbatch_size=size), f"auto ({source})"

@@ -109,9 +109,10 @@ class TelemetrySampler:
 
     def _loop(self) -> None:
         while not self.stopping.wait(self.interval):
-            self._take()
+            self.take_sample()
 
-    def _take(self) -> None:
+    def take_sample(self) -> None:
+        """One sample now (the thread takes one every `interval` seconds)."""
         sample = self.source.sample()
         with self.lock:
             self.samples.append(sample)

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from cramming.data.mlm import IGNORE_INDEX, MLMCollator, masked_count
-from cramming.data.tokenizer import MASK_ID, SEP_ID
+from cramming.data.mlm import IGNORE_INDEX, MLMCollator, masked_count, synthetic_mlm_batch
+from cramming.data.tokenizer import MASK_ID, SEP_ID, SPECIAL_TOKENS
 from cramming.errors import CrammingError
 
 VOCAB = 1000
@@ -68,3 +68,17 @@ def test_row_with_too_few_regular_tokens_keeps_static_shape():
 def test_bad_rate():
     with pytest.raises(CrammingError, match="mlm_rate=1.5"):
         MLMCollator(VOCAB, mlm_rate=1.5)
+
+
+def test_synthetic_batches_have_the_real_format_and_are_reproducible():
+    batch = synthetic_mlm_batch(8, 64, VOCAB, mlm_rate=0.25, seed=3)
+    k = masked_count(64, 0.25)
+    assert batch["input_ids"].shape == batch["labels"].shape == (8, 64) and batch["masked_positions"].shape == (8, k)
+    assert all(value.dtype == torch.int64 for value in batch.values())
+    labelled = batch["labels"] != IGNORE_INDEX
+    assert (labelled.sum(dim=1) == k).all()  # random rows have no special tokens: every row gets k targets
+    assert torch.equal(labelled, torch.zeros_like(labelled).scatter_(1, batch["masked_positions"], True))
+    assert (batch["labels"][labelled] >= len(SPECIAL_TOKENS)).all()
+    assert (batch["input_ids"][labelled] == MASK_ID).float().mean() > 0.6  # the 80/10/10 rule at work
+    again = synthetic_mlm_batch(8, 64, VOCAB, mlm_rate=0.25, seed=3)
+    assert all(torch.equal(batch[key], again[key]) for key in batch)

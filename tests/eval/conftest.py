@@ -7,7 +7,8 @@ import torch
 
 from cramming.data.config import NormalizeConfig, TokenizerConfig
 from cramming.data.tokenizer import as_transformers_tokenizer, train_tokenizer
-from cramming.model import ModelConfig, build_mlm_model, save_pretrained
+from cramming.model import ModelConfig, build_mlm_model
+from cramming.model.checkpoint import save_pretrained
 
 GLUE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "glue"
 TINY_ARCH = ModelConfig(

@@ -46,7 +46,7 @@ def test_eval_glue_runs_one_task_on_a_tiny_checkpoint(rte_checkpoint, tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["ckpt=does/not/exist"], "error: checkpoint does/not/exist: no such directory"),
+        (["ckpt=does/not/exist"], "error: ckpt=does/not/exist: no such directory"),
         (["eval.tasks=[rte,cola2]"], "error: unknown GLUE task 'cola2'; known tasks: cola, sst2, mrpc,"),
     ],
 )

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from cramming.data.glue import TASKS, GlueDataMissing, get_task, load_task, read_tsv_split
+from cramming.eval.data import TASKS, GlueDataMissing, get_task, load_task, read_tsv_split
 from cramming.errors import CrammingError
 
 from .conftest import GLUE_DIR

@@ -4,10 +4,10 @@ import random
 from pathlib import Path
 
 import pytest
-import torch
 from hydra import compose, initialize_config_dir
 
 from cramming.data.config import NormalizeConfig, TokenizerConfig
+from cramming.data.mlm import synthetic_mlm_batch
 from cramming.data.tokenizer import as_transformers_tokenizer, train_tokenizer
 from cramming.model import ModelConfig
 from cramming.model.config import as_model_config
@@ -33,14 +33,8 @@ def tokenizer():
 
 
 def mlm_batch(batch_size: int, seq_length: int, vocab_size: int, mlm_rate: float = 0.25, seed: int = 0):
-    """A pretraining batch in the data pipeline's format: exactly k sorted masked positions per row."""
-    generator = torch.Generator().manual_seed(seed)
-    k = round(mlm_rate * seq_length)
-    input_ids = torch.randint(5, vocab_size, (batch_size, seq_length), generator=generator)
-    scores = torch.rand(batch_size, seq_length, generator=generator)
-    masked_positions = scores.topk(k, dim=1).indices.sort(dim=1).values  # (B, k)
-    targets = input_ids.gather(1, masked_positions)
-    labels = torch.full_like(input_ids, -100).scatter(1, masked_positions, targets)
-    labels[0, masked_positions[0, 0]] = -100  # a row may have fewer real targets than k
-    input_ids = input_ids.scatter(1, masked_positions, 4)  # [MASK]
-    return {"input_ids": input_ids, "labels": labels, "masked_positions": masked_positions}
+    """A pretraining batch in the data pipeline's format (exactly k sorted masked positions per row), in which
+    one row has fewer real targets than k, as a row short of regular tokens does."""
+    batch = synthetic_mlm_batch(batch_size, seq_length, vocab_size, mlm_rate, seed)
+    batch["labels"][0, batch["masked_positions"][0, 0]] = -100
+    return batch

@@ -7,7 +7,8 @@ import torch
 from safetensors.torch import load_file
 
 from cramming.errors import CrammingError
-from cramming.model import build_classifier_from_pretrained, build_mlm_model, load_pretrained, save_pretrained
+from cramming.model import build_mlm_model
+from cramming.model.checkpoint import build_classifier_from_pretrained, load_pretrained, save_pretrained
 
 from .conftest import VOCAB_SIZE, arch_config, mlm_batch
 

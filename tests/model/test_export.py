@@ -1,18 +1,19 @@
 """Export to transformers: native BERT classes for bert-base, remote code for crammed-bert; same logits."""
 
+from pathlib import Path
+
 import pytest
 import torch
-from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
+from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
 from cramming.errors import CrammingError
-from cramming.model import (
-    build_classifier_from_pretrained,
-    build_mlm_model,
-    export_to_transformers,
-    save_pretrained,
-)
+from cramming.model import build_classifier, build_mlm_model
+from cramming.model.checkpoint import build_classifier_from_pretrained, save_pretrained
+from cramming.model.export import export_to_transformers
 
 from .conftest import arch_config
+
+CRAMMING = Path(__file__).resolve().parents[2] / "cramming"
 
 
 @pytest.mark.parametrize(
@@ -60,3 +61,43 @@ def test_export_refuses_its_own_directory(tmp_path, tokenizer):
     save_pretrained(model, tmp_path / "ckpt", tokenizer)
     with pytest.raises(CrammingError, match="export into the checkpoint directory itself"):
         export_to_transformers(tmp_path / "ckpt", tmp_path / "ckpt")
+
+
+@pytest.mark.parametrize("init_scheme", ["normal", "scaled"])
+def test_remote_code_initializes_as_training_does(tmp_path, tokenizer, init_scheme):
+    """One initialization: from the same seed, transformers builds the exported architecture with exactly
+    the training model's weights (so its logits are the same), init_scheme included."""
+    cfg = arch_config("crammed-bert-tiny", f"init_scheme={init_scheme}")
+    vocab_size = len(tokenizer)
+    save_pretrained(build_mlm_model(cfg, vocab_size), tmp_path / "ckpt", tokenizer)
+    export_to_transformers(tmp_path / "ckpt", tmp_path / "hf")
+    config = AutoConfig.from_pretrained(tmp_path / "hf", trust_remote_code=True)
+    classifier_config = AutoConfig.from_pretrained(tmp_path / "hf", trust_remote_code=True, num_labels=3)
+    inputs = tokenizer(["abc def ghij", "ab cd ef gh ij kl mn op"], padding=True, return_tensors="pt")
+    pairs = [
+        (lambda: build_mlm_model(cfg, vocab_size), lambda: AutoModelForMaskedLM.from_config(config, trust_remote_code=True)),
+        (lambda: build_classifier(cfg, vocab_size, 3),
+         lambda: AutoModelForSequenceClassification.from_config(classifier_config, trust_remote_code=True)),
+    ]
+    for build_ours, build_theirs in pairs:
+        torch.manual_seed(0)
+        ours = build_ours().eval()
+        torch.manual_seed(0)
+        theirs = build_theirs().eval()
+        theirs_state = {key.removeprefix("crammed."): value for key, value in theirs.state_dict().items()}
+        assert theirs_state.keys() == ours.state_dict().keys()
+        assert all(torch.equal(theirs_state[key], value) for key, value in ours.state_dict().items())
+        with torch.no_grad():
+            expected = ours(inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
+            assert torch.equal(theirs(**inputs).logits, expected)
+    residual_std = 0.02 / (2 if init_scheme == "scaled" else 1)  # 1 / sqrt(2 * 2 layers) when scaled
+    output = theirs.crammed.bert.layer[0].ffn.output.weight
+    assert output.std().item() == pytest.approx(residual_std, rel=0.1)
+
+
+def test_the_remote_code_is_the_training_model_file(tmp_path, tokenizer):
+    save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), len(tokenizer)), tmp_path / "ckpt", tokenizer)
+    export_to_transformers(tmp_path / "ckpt", tmp_path / "hf")
+    python_files = {path.name for path in (tmp_path / "hf").glob("*.py")}
+    assert python_files == {"crammed_bert.py", "configuration_crammed_bert.py", "modeling_crammed_bert.py"}
+    assert (tmp_path / "hf" / "crammed_bert.py").read_text() == (CRAMMING / "model" / "crammed_bert.py").read_text()

@@ -1,3 +1,5 @@
+"""Training checkpoints: atomic writes, pruning to the last k, trainer state loaded without unpickling code."""
+
 import pickle
 
 import pytest
@@ -9,6 +11,7 @@ from cramming.data.tokenizer import as_transformers_tokenizer, train_tokenizer
 from cramming.errors import CrammingError
 from cramming.model import build_mlm_model
 from cramming.model.config import ModelConfig
+from cramming.runs import FINAL, STATE_FILE, run_checkpoint, step_name
 from cramming.train import checkpoint as ckpt
 
 TINY = ModelConfig(name="tiny", num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64)
@@ -25,15 +28,14 @@ def save(run_dir, name, tokenizer, step=1, keep_last=2):
     return ckpt.save_checkpoint(run_dir, name, build_mlm_model(TINY, 500), tokenizer, state, keep_last)
 
 
-def test_save_keeps_the_last_k_and_resolves_latest(tmp_path, tokenizer):
+def test_save_keeps_the_last_k_and_the_final(tmp_path, tokenizer):
     for step in (1, 2, 3):
-        save(tmp_path, ckpt.step_name(step), tokenizer, step)
+        save(tmp_path, step_name(step), tokenizer, step)
     names = sorted(path.name for path in (tmp_path / "checkpoints").iterdir())
     assert names == ["step-00000002", "step-00000003"]
-    assert ckpt.latest_checkpoint(tmp_path).name == "step-00000003"
-    assert ckpt.resolve_resume(str(tmp_path), tmp_path, "x").name == "step-00000003"
-    save(tmp_path, ckpt.FINAL, tokenizer, 4)
-    assert ckpt.latest_checkpoint(tmp_path).name == "final"
+    assert run_checkpoint(tmp_path, need_state=True).name == "step-00000003"
+    save(tmp_path, FINAL, tokenizer, 4)
+    assert run_checkpoint(tmp_path, need_state=True).name == "final"
     assert ckpt.load_state(tmp_path / "checkpoints" / "final")["progress"]["step"] == 4
     assert {"model.safetensors", "config.json", "tokenizer.json", "trainer_state.pt"} <= {
         path.name for path in (tmp_path / "checkpoints" / "final").iterdir()
@@ -41,27 +43,17 @@ def test_save_keeps_the_last_k_and_resolves_latest(tmp_path, tokenizer):
 
 
 def test_a_failed_write_leaves_no_checkpoint(tmp_path, tokenizer, monkeypatch):
-    save(tmp_path, ckpt.step_name(1), tokenizer)
+    save(tmp_path, step_name(1), tokenizer)
 
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
     monkeypatch.setattr(ckpt.torch, "save", crash)
     with pytest.raises(OSError):
-        save(tmp_path, ckpt.step_name(2), tokenizer)
-    assert ckpt.latest_checkpoint(tmp_path).name == "step-00000001"
+        save(tmp_path, step_name(2), tokenizer)
+    assert run_checkpoint(tmp_path, need_state=True).name == "step-00000001"
     assert not (tmp_path / "checkpoints" / "step-00000002").exists()
-
-
-def test_resume_latest_picks_the_newest_run(tmp_path, tokenizer):
-    save(tmp_path / "exp" / "2026-01-01_00-00-00", ckpt.step_name(5), tokenizer)
-    save(tmp_path / "exp" / "2026-01-02_00-00-00", ckpt.step_name(1), tokenizer)
-    (tmp_path / "exp" / "2026-01-03_00-00-00").mkdir()  # started, killed before its first checkpoint
-    assert ckpt.resolve_resume("latest", tmp_path, "exp").parent.parent.name == "2026-01-02_00-00-00"
-    with pytest.raises(CrammingError, match="no run of 'other'"):
-        ckpt.resolve_resume("latest", tmp_path, "other")
-    with pytest.raises(CrammingError, match="not a checkpoint"):
-        ckpt.resolve_resume(str(tmp_path / "nowhere"), tmp_path, "exp")
+    assert (tmp_path / "checkpoints" / ".step-00000002.tmp").exists()  # left behind, and never chosen
 
 
 class Payload:
@@ -70,6 +62,6 @@ class Payload:
 
 
 def test_state_is_loaded_without_unpickling_code(tmp_path):
-    (tmp_path / ckpt.STATE_FILE).write_bytes(pickle.dumps({"evil": Payload()}, protocol=2))
+    (tmp_path / STATE_FILE).write_bytes(pickle.dumps({"evil": Payload()}, protocol=2))
     with pytest.raises(CrammingError, match="cannot read"):
         ckpt.load_state(tmp_path)

@@ -11,31 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from matplotlib.image import imread
 from safetensors.torch import load_file
 
 from cramming.errors import CrammingError
-from cramming.train import trainer as trainer_module
-from cramming.train.config import PretrainConfig  # noqa: F401  (registers the schemas)
+from cramming.train.callbacks import Callback
+from cramming.train.trainer import pretrain as pretrain_in_process
 from tests.conftest import REPO_ROOT
-
-TINY_RUN = [
-    "data=embedded",
-    "arch=crammed-bert-tiny",
-    "gpu=cpu",
-    "name=t",
-]
-# A step-driven run: same steps and data order every time, checkpoints after every step.
-STEP_RUN = TINY_RUN + [
-    "train=steps",
-    "train.max_steps=8",
-    "train.batch_size=64",
-    "impl.microbatch_size=16",
-    "budget=1",
-    "logging.every_steps=1",
-    "checkpoint.interval_minutes=1e-9",
-]
+from tests.train.runs import STEP_RUN, TINY_RUN, InterruptAt, compose_config, only_run, records, summary
 
 
 def pretrain(*overrides: str, launcher=(sys.executable,), wait=True):
@@ -43,15 +26,6 @@ def pretrain(*overrides: str, launcher=(sys.executable,), wait=True):
     if not wait:
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=os.environ.copy())
-
-
-def only_run(output_dir: Path) -> Path:
-    (run_dir,) = (output_dir / "t").iterdir()
-    return run_dir
-
-
-def records(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_budget_run_finishes_on_time_and_leaves_its_outputs(cache_dir, tmp_path):
@@ -101,10 +75,6 @@ def test_sigkill_and_resume_match_an_uninterrupted_run(cache_dir, tmp_path):
     assert summary(b)["tokens"] == summary(a)["tokens"] and summary(b)["steps"] == 8
 
 
-def summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
-
-
 def png_size(path: Path) -> tuple[int, int]:
     height, width = imread(path).shape[:2]
     return width, height
@@ -149,24 +119,20 @@ def test_quickstart_leaves_summary_plots_and_a_wandb_run_and_two_runs_overlay(ca
     assert not_a_run.returncode == 2 and "no metrics.jsonl" in not_a_run.stderr and "Traceback" not in not_a_run.stderr
 
 
-def compose_config(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base="1.3"):
-        return compose("pretrain", overrides=overrides)
+class PoisonedLoss(Callback):
+    """Turns the loss of the given steps (1-based) into NaN, as a diverging run would."""
+
+    def __init__(self, steps):
+        self.steps = steps
+
+    def after_forward(self, state, batch, loss):
+        return loss * float("nan") if self.steps(state.progress.step + 1) else loss
 
 
-def test_nonfinite_losses_are_skipped_then_stop_the_run(cache_dir, tmp_path, monkeypatch):
-    original = trainer_module._Loop._accumulate
-    calls = {"n": 0}
-
-    def sometimes_nan(self, accumulate):
-        loss, done = original(self, accumulate)
-        calls["n"] += 1
-        return (torch.tensor(float("nan")) if calls["n"] in (2, 3) or calls["n"] >= 6 else loss), done
-
-    monkeypatch.setattr(trainer_module._Loop, "_accumulate", sometimes_nan)
+def test_nonfinite_losses_are_skipped_then_stop_the_run(cache_dir, tmp_path):
     cfg = compose_config(STEP_RUN + [f"output_dir={tmp_path}", "train.max_steps=20", "train.max_nonfinite_steps=3"])
     with pytest.raises(CrammingError, match="3 non-finite losses in a row at step 8"):
-        trainer_module.pretrain(cfg)
+        pretrain_in_process(cfg, callbacks=[PoisonedLoss(lambda step: step in (2, 3) or step >= 6)])
     run_dir = only_run(tmp_path)
     assert not (run_dir / "checkpoints" / "final").exists()
     last_good = torch.load(run_dir / "checkpoints/step-00000007/trainer_state.pt", weights_only=True)["progress"]
@@ -179,19 +145,9 @@ def test_nonfinite_losses_are_skipped_then_stop_the_run(cache_dir, tmp_path, mon
     assert (run_dir / "plots" / "loss.png").exists()
 
 
-def test_an_interrupted_run_leaves_its_summary(cache_dir, tmp_path, monkeypatch):
-    original = trainer_module._Loop._accumulate
-    calls = {"n": 0}
-
-    def interrupted_at_the_third_step(self, accumulate):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return original(self, accumulate)
-
-    monkeypatch.setattr(trainer_module._Loop, "_accumulate", interrupted_at_the_third_step)
+def test_an_interrupted_run_leaves_its_summary(cache_dir, tmp_path):
     with pytest.raises(KeyboardInterrupt):
-        trainer_module.pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path}"]))
+        pretrain_in_process(compose_config(STEP_RUN + [f"output_dir={tmp_path}"]), callbacks=[InterruptAt(3)])
     run_dir = only_run(tmp_path)
     facts = summary(run_dir)
     assert facts["stop_reason"] == "interrupted" and facts["steps"] == 2
@@ -200,8 +156,8 @@ def test_an_interrupted_run_leaves_its_summary(cache_dir, tmp_path, monkeypatch)
 
 def test_a_resumed_run_keeps_its_checkpoints_microbatch(cache_dir, tmp_path):
     cfg = STEP_RUN + [f"output_dir={tmp_path}", "train.max_steps=2"]
-    trainer_module.pretrain(compose_config(cfg))
-    run_dir = trainer_module.pretrain(compose_config(cfg + ["impl.microbatch_size=null", "resume=latest"]))
+    pretrain_in_process(compose_config(cfg))
+    run_dir = pretrain_in_process(compose_config(cfg + ["impl.microbatch_size=null", "resume=latest"]))
     facts = summary(run_dir)
     assert (facts["microbatch_size"], facts["microbatch_source"]) == (16, "checkpoint")  # not the profile's 32
 
@@ -223,7 +179,7 @@ def test_two_processes_with_gloo(cache_dir, tmp_path):
         (["gpu=tpu"], "tpu"),
         (["budget=-1"], "error: budget=-1.0 must be positive"),
         (["train.lr_schedule=step"], "error: train.lr_schedule='step' is unknown"),
-        (["resume=/nowhere"], "error: resume=/nowhere: not a checkpoint"),
+        (["resume=/nowhere"], "error: resume=/nowhere: no such directory"),
         (["wandb.mode=cloud"], "error: wandb.mode='cloud' must be one of disabled, offline, online"),
     ],
 )

@@ -47,7 +47,7 @@ def test_on_a_gpu_it_reads_nvml_and_converts_units(monkeypatch):
     monkeypatch.setattr(telemetry.torch.cuda, "get_device_properties",
                         lambda device: types.SimpleNamespace(uuid="1234"))
     sampler = TelemetrySampler(torch.device("cuda", 0), interval=60)  # samples taken by hand below
-    sampler._take()
-    sampler._take()
+    sampler.take_sample()
+    sampler.take_sample()
     assert sampler.read() == {"gpu_util": 95.0, "gpu_power_w": 250.0, "gpu_mem_gb": 40.0, "gpu_temp_c": 70.0,
                               "energy_wh": 1.0}

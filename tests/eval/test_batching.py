@@ -1,15 +1,13 @@
-"""Tokenization into [CLS] a [SEP] b [SEP], length-bucketed batches, padding, and the learning-rate schedule."""
+"""Tokenization into [CLS] a [SEP] b [SEP], length-bucketed batches, padding."""
 
 import math
 
-import pytest
 import torch
 
 from cramming.data.config import NormalizeConfig, TokenizerConfig
-from cramming.data.glue import GlueSplit
+from cramming.eval.data import GlueSplit
 from cramming.data.tokenizer import as_transformers_tokenizer, train_tokenizer
 from cramming.eval.batching import EncodedSplit, collate, encode_split, evaluation_batches, training_batches
-from cramming.eval.finetune import warmup_cosine
 
 
 def test_pairs_are_cls_a_sep_b_sep_and_truncated():
@@ -52,13 +50,3 @@ def test_collate_pads_to_the_longest_and_masks_the_padding():
     assert batch["input_ids"].tolist() == [[7, 7, 0, 0], [7, 7, 7, 7]]
     assert batch["attention_mask"].tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
     assert batch["labels"].tolist() == [0, 1]
-
-
-def test_warmup_then_cosine_decay_to_zero():
-    total, warmup = 100, 10
-    multipliers = [warmup_cosine(step, total, warmup) for step in range(total + 1)]
-    assert multipliers[0] == pytest.approx(0.1) and multipliers[9] == pytest.approx(1.0)
-    assert multipliers[10] == pytest.approx(1.0)
-    assert multipliers[55] == pytest.approx(0.5)
-    assert multipliers[100] == pytest.approx(0.0)
-    assert all(a >= b for a, b in zip(multipliers[10:], multipliers[11:]))

@@ -1,4 +1,5 @@
-"""Command-line helpers shared by the entry points."""
+"""The commands: each module is one entry point (`python pretrain.py`, `cramming-pretrain`, ...) and holds
+only its Hydra wrapper; the work is done in the library. Helpers shared by them live here."""
 
 import sys
 

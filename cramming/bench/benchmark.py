@@ -1,0 +1,216 @@
+"""Training-step throughput (forward + backward + AdamW step) of our model against transformers'
+BertForMaskedLM of the same depth, width and vocabulary, side by side in one process, steps interleaved.
+
+Writes <output_dir>/<run>.json and <run>.md; the JSON has ours.tokens_per_s, hf_bert.tokens_per_s and ratio.
+"""
+
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Optional
+
+import torch
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+from cramming.bench.timing import TimedStep
+from cramming.data.mlm import synthetic_mlm_batch
+from cramming.data.tokenizer import SPECIAL_TOKENS
+from cramming.errors import CrammingError
+from cramming.hardware import known_profiles, model_flops_utilization
+from cramming.model import ModelConfig, build_mlm_model, training_flops_per_token
+from cramming.model.config import as_model_config
+from cramming.runtime import DTYPES, Precision, prepare_device, resolve_device
+
+
+@dataclass
+class BenchmarkSettings:
+    layers: Optional[int] = None  # depth of both models; null keeps arch.num_layers
+    batch_size: int = 8
+    seq_length: int = 128
+    vocab_size: int = 32768
+    mlm_rate: float = 0.15
+    dtype: str = "fp32"  # fp32 | bf16 | fp16 (autocast; fp16 with loss scaling)
+    compile: bool = False  # torch.compile both models (ours with fullgraph=True)
+    fused_adamw: bool = True  # torch's fused AdamW kernel for both models; false: the foreach implementation
+    device: str = "auto"  # auto (cuda if available) | cpu | cuda
+    warmup_steps: int = 2  # per model, not measured (includes compilation)
+    steps: int = 6  # measured steps per model
+    peak_tflops: Optional[float] = None  # device peak for MFU; null: from the matching configs/gpu profile
+    seed: int = 0
+    output_dir: str = "outputs/benchmark"
+
+
+@dataclass
+class BenchmarkConfig:
+    arch: ModelConfig = MISSING
+    benchmark: BenchmarkSettings = field(default_factory=BenchmarkSettings)
+
+
+ConfigStore.instance().store(name="benchmark_schema", node=BenchmarkConfig)
+
+
+def check_settings(s: BenchmarkSettings, arch: ModelConfig) -> None:
+    if s.dtype not in DTYPES:
+        raise CrammingError(f"benchmark.dtype must be one of {', '.join(DTYPES)}, got {s.dtype!r}")
+    if s.device not in ("auto", "cpu", "cuda"):
+        raise CrammingError(f"benchmark.device must be auto, cpu or cuda, got {s.device!r}")
+    for key in ("batch_size", "seq_length", "steps"):
+        if getattr(s, key) < 1:
+            raise CrammingError(f"benchmark.{key} must be at least 1, got {getattr(s, key)}")
+    if s.vocab_size <= len(SPECIAL_TOKENS):
+        raise CrammingError(f"benchmark.vocab_size={s.vocab_size} must exceed the {len(SPECIAL_TOKENS)} special tokens")
+    if s.warmup_steps < 0:
+        raise CrammingError(f"benchmark.warmup_steps must be at least 0, got {s.warmup_steps}")
+    if not 0.0 < s.mlm_rate < 1.0 or round(s.mlm_rate * s.seq_length) < 1:
+        raise CrammingError(f"benchmark.mlm_rate={s.mlm_rate} must mask 1 to {s.seq_length - 1} tokens a row")
+    if s.seq_length > arch.max_position_embeddings:
+        raise CrammingError(f"benchmark.seq_length={s.seq_length} exceeds "
+                            f"arch.max_position_embeddings={arch.max_position_embeddings}")
+
+
+def hf_bert(arch: ModelConfig, vocab_size: int, seq_length: int):
+    """transformers' BertForMaskedLM with our depth, width and vocabulary; no dropout, as in pretraining."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(
+        vocab_size=vocab_size, hidden_size=arch.hidden_size, num_hidden_layers=arch.num_layers,
+        num_attention_heads=arch.num_heads, intermediate_size=arch.intermediate_size,
+        max_position_embeddings=max(512, seq_length), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        initializer_range=arch.init_std,
+    )
+    return BertForMaskedLM(config)
+
+
+def bert_layout(arch: ModelConfig) -> ModelConfig:
+    """Our arch keys describing what BertForMaskedLM computes (for its FLOPs)."""
+    return replace(arch, ffn="gelu", head_transform=True, sparse_prediction=False)
+
+
+def summarize(label: str, step: TimedStep, times: list[float], tokens_per_step: int, flops_per_token: float,
+              peak_tflops: Optional[float]) -> dict:
+    tokens_per_s = tokens_per_step / statistics.median(times)
+    return {
+        "model": label,
+        "parameters": sum(p.numel() for p in step.model.parameters()),
+        "tokens_per_s": tokens_per_s,
+        "step_time_s": statistics.median(times),
+        "step_times_s": times,
+        "peak_memory_gib": step.peak_bytes / 2**30 if step.device.type == "cuda" else None,
+        "flops_per_token": flops_per_token,
+        "mfu": model_flops_utilization(tokens_per_s, flops_per_token, peak_tflops),
+    }
+
+
+def device_peak_tflops(s: BenchmarkSettings, device: torch.device) -> tuple[Optional[float], str]:
+    """The peak for MFU: benchmark.peak_tflops, else the half-precision tensor peak of a known GPU profile."""
+    if s.peak_tflops is not None:
+        return s.peak_tflops, f"{s.peak_tflops} TFLOP/s (benchmark.peak_tflops)"
+    if device.type == "cuda" and s.dtype != "fp32":
+        name = torch.cuda.get_device_name(device).lower()
+        for profile in known_profiles().values():
+            if profile.peak_tflops and any(pattern.lower() in name for pattern in profile.match):
+                return profile.peak_tflops, f"{profile.peak_tflops} TFLOP/s (configs/gpu/{profile.name}.yaml)"
+    return None, "unknown for this device and dtype: no MFU (set benchmark.peak_tflops)"
+
+
+def cpu_name() -> str:
+    model = platform.processor() or platform.machine()
+    if Path("/proc/cpuinfo").is_file():
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+        model = names[0] if names else model
+    return f"CPU {model}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+
+
+def markdown(result: dict) -> str:
+    s = result["settings"]
+    rows = [
+        f"{s['layers']} layers, batch {s['batch_size']} x {s['seq_length']}, vocab {s['vocab_size']}, "
+        f"MLM rate {s['mlm_rate']}, {s['dtype']}, compile {'on' if s['compile'] else 'off'}, "
+        f"{'fused' if s['fused_adamw'] else 'foreach'} AdamW, "
+        f"{result['device']}; median of {s['steps']} interleaved steps each.",
+        "",
+        "| model | parameters | tokens/s | step time (s) | peak memory (GiB) | model GFLOP/token | MFU |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key in ("ours", "hf_bert"):
+        r = result[key]
+        memory = f"{r['peak_memory_gib']:.2f}" if r["peak_memory_gib"] is not None else "n/a (CPU)"
+        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "unknown peak"
+        rows.append(f"| {r['model']} | {r['parameters'] / 1e6:.1f}M | {r['tokens_per_s']:.0f} "
+                    f"| {r['step_time_s']:.3f} | {memory} | {r['flops_per_token'] / 1e9:.3f} | {mfu} |")
+    rows += ["", f"Ratio (ours / BertForMaskedLM tokens/s): **{result['ratio']:.2f}x**", ""]
+    return "\n".join(rows)
+
+
+def run_benchmark(cfg: BenchmarkConfig) -> Path:
+    """Time both models, print each step and the table, write <run>.json and <run>.md; returns the JSON."""
+    import transformers
+
+    s: BenchmarkSettings = OmegaConf.to_object(cfg.benchmark)
+    arch = as_model_config(cfg.arch)
+    arch = as_model_config(replace(arch, num_layers=s.layers)) if s.layers is not None else arch
+    s.layers = arch.num_layers
+    check_settings(s, arch)
+    device = resolve_device(s.device, "benchmark.device")
+    s.device = device.type
+    prepare_device(device)  # no denormals on the CPU; TF32 for fp32 on a GPU, as any trainer there would use
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+    peak_tflops, peak_note = device_peak_tflops(s, device)
+    print(f"device: {device_name}; peak: {peak_note}", flush=True)
+
+    torch.manual_seed(s.seed)
+    batch = synthetic_mlm_batch(s.batch_size, s.seq_length, s.vocab_size, s.mlm_rate, s.seed)
+    ours, theirs = build_mlm_model(arch, s.vocab_size), hf_bert(arch, s.vocab_size, s.seq_length)
+    if s.compile:
+        ours, theirs = torch.compile(ours, fullgraph=True), torch.compile(theirs)
+    precision = Precision.resolve(s.dtype, device, "benchmark.dtype")
+    steps = {
+        f"ours ({arch.name})": TimedStep(ours, batch, precision, device, fused_adamw=s.fused_adamw),
+        "transformers BertForMaskedLM": TimedStep(theirs, {k: batch[k] for k in ("input_ids", "labels")},
+                                                  precision, device, fused_adamw=s.fused_adamw),
+    }
+    times = {label: [] for label in steps}
+    load_before = os.getloadavg()
+    for i in range(s.warmup_steps):
+        for label, step in steps.items():
+            print(f"warm-up {i + 1}/{s.warmup_steps} {label}: {step.step():.3f} s", flush=True)
+    for i in range(s.steps):
+        for label, step in steps.items():  # interleaved, so drifting machine load hits both alike
+            times[label].append(step.step())
+            print(f"step {i + 1}/{s.steps} {label}: {times[label][-1]:.3f} s", flush=True)
+
+    tokens_per_step = s.batch_size * s.seq_length
+    flops = [training_flops_per_token(layout, s.vocab_size, s.seq_length, s.mlm_rate)
+             for layout in (arch, bert_layout(arch))]
+    (ours_label, ours_step), (hf_label, hf_step) = steps.items()
+    result = {
+        "command": " ".join(shlex.quote(a) for a in ["python", "scripts/benchmark.py", *sys.argv[1:]]),
+        "device": device_name,
+        "peak": peak_note,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0]},
+        "settings": asdict(s),
+        "arch": asdict(arch),
+        "ours": summarize(ours_label, ours_step, times[ours_label], tokens_per_step, flops[0], peak_tflops),
+        "hf_bert": summarize(hf_label, hf_step, times[hf_label], tokens_per_step, flops[1], peak_tflops),
+    }
+    result["ratio"] = result["ours"]["tokens_per_s"] / result["hf_bert"]["tokens_per_s"]
+
+    output_dir = Path(s.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    run = (f"{arch.name}-L{s.layers}-b{s.batch_size}x{s.seq_length}-mlm{s.mlm_rate}-{s.dtype}"
+           f"{'-compiled' if s.compile else ''}{'' if s.fused_adamw else '-foreach'}-{device.type}")
+    (output_dir / f"{run}.json").write_text(json.dumps(result, indent=2) + "\n")
+    table = markdown(result)
+    (output_dir / f"{run}.md").write_text(table)
+    print("\n" + table)
+    print(f"wrote {output_dir / run}.json and .md")
+    return output_dir / f"{run}.json"

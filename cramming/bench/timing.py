@@ -1,0 +1,82 @@
+"""A training step of a model on a fixed synthetic batch, timed: forward, backward, (clipping,) AdamW.
+
+The same precision policy and optimizer as the trainer (cramming.runtime), without data loading: what
+the benchmark compares, the calculator's speed fit measures and its `check` verifies.
+"""
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from cramming.data.mlm import synthetic_mlm_batch
+from cramming.model import ModelConfig, build_mlm_model
+from cramming.runtime import Precision, build_optimizer, prepare_device
+
+
+class TimedStep:
+    """One model with its optimizer on one batch; `step()` runs a full training step and times it."""
+
+    def __init__(self, model: torch.nn.Module, batch: dict, precision: Precision, device: torch.device, *,
+                 grad_clip: float | None = None, fused_adamw: bool = True):
+        self.model = model.to(device).train()
+        self.batch = {key: value.to(device) for key, value in batch.items()}
+        self.precision, self.device, self.grad_clip = precision, device, grad_clip
+        self.optimizer = build_optimizer(self.model, lr=1e-3, betas=(0.9, 0.98), eps=1e-12, weight_decay=0.01,
+                                         fused=fused_adamw)
+        self.scaler = precision.grad_scaler()
+        self.peak_bytes = 0  # on CUDA: this model's weights and optimizer state plus what its step allocates
+
+    def resident_bytes(self) -> int:
+        """This model's weights and optimizer state (another model may share the device)."""
+        tensors = list(self.model.parameters())
+        for state in self.optimizer.state.values():
+            tensors += [t for t in state.values() if torch.is_tensor(t)]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def step(self) -> float:
+        """Seconds of one training step, measured to the end of its GPU work."""
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            before, resident = torch.cuda.memory_allocated(), self.resident_bytes()
+        started = time.perf_counter()
+        with self.precision.autocast():
+            loss = self.model(**self.batch).loss
+        self.scaler.scale(loss).backward()
+        if self.grad_clip:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize()
+            self.peak_bytes = max(self.peak_bytes, resident + torch.cuda.max_memory_allocated() - before)
+        return time.perf_counter() - started
+
+
+@dataclass
+class Timing:
+    tokens_per_s: float
+    steps: int
+    seconds: float  # measured time, warm-up excluded
+
+
+def time_training(arch: ModelConfig, batch: int, vocab_size: int, seq_length: int, mlm_rate: float, *,
+                  device: str = "cpu", precision: str = "fp32", warmup_steps: int = 1, min_steps: int = 3,
+                  min_seconds: float = 0.0) -> Timing:
+    """Tokens/s of the trainer's step (clipping at 0.5 included) over at least `min_steps` steps and
+    `min_seconds` seconds, after `warmup_steps` more."""
+    device = torch.device(device)
+    prepare_device(device)
+    step = TimedStep(build_mlm_model(arch, vocab_size), synthetic_mlm_batch(batch, seq_length, vocab_size, mlm_rate),
+                     Precision.resolve(precision, device, "precision"), device, grad_clip=0.5)
+    for _ in range(warmup_steps):
+        step.step()
+    seconds, steps = 0.0, 0
+    while steps < min_steps or seconds < min_seconds:
+        seconds += step.step()
+        steps += 1
+    return Timing(tokens_per_s=steps * batch * seq_length / seconds, steps=steps, seconds=seconds)

@@ -1,0 +1,27 @@
+"""Fine-tune a pretrained checkpoint on GLUE with the fixed protocol: `python eval_glue.py` or
+`cramming-eval-glue`. Writes glue_results.{json,md}.
+
+    python eval_glue.py ckpt=outputs/<name>/<timestamp>/checkpoints/final
+    python eval_glue.py ckpt=latest eval.tasks=[rte,mrpc] eval.data_dir=../shared/data/glue
+"""
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+
+from cramming import CONFIG_DIR
+from cramming.errors import exit_on_user_error
+from cramming.eval.config import EvalGlueConfig  # registers the config schemas
+from cramming.runs import resolve_checkpoint
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="eval_glue")
+@exit_on_user_error  # inside hydra.main, which would otherwise print the error with a traceback
+def main(cfg: EvalGlueConfig) -> None:
+    from cramming.eval.run import run_glue
+
+    checkpoint = resolve_checkpoint(cfg.ckpt, cfg.runs_dir, key="ckpt")
+    run_glue(cfg.eval, checkpoint, HydraConfig.get().runtime.output_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""Export a checkpoint so `transformers` loads it: `python scripts/export.py` or `cramming-export`.
+
+    python scripts/export.py ckpt=outputs/<name>/<timestamp>/checkpoints/final out=exported/my-cram
+    python scripts/export.py ckpt=latest out=exported/my-cram
+
+bert-base checkpoints become native BertForMaskedLM / BertForSequenceClassification directories;
+crammed-bert ones load with AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True).
+"""
+
+from dataclasses import dataclass
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from cramming import CONFIG_DIR
+from cramming.errors import exit_on_user_error
+from cramming.runs import resolve_checkpoint
+
+
+@dataclass
+class ExportConfig:
+    ckpt: str = MISSING  # a checkpoint directory, a run directory (its final or newest checkpoint), or latest
+    out: str = MISSING  # the directory to write
+    runs_dir: str = "outputs"  # where `ckpt=latest` looks for the newest pretraining run
+
+
+ConfigStore.instance().store(name="export_schema", node=ExportConfig)
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="export")
+@exit_on_user_error
+def main(cfg: ExportConfig) -> None:
+    from cramming.model.export import export_to_transformers
+
+    checkpoint = resolve_checkpoint(cfg.ckpt, cfg.runs_dir, key="ckpt")
+    export_to_transformers(checkpoint, cfg.out)
+    print(f"exported {checkpoint} to {cfg.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,298 @@
+"""Crammed BERT, top to bottom: config, embeddings, attention, feed-forward, layer, encoder, heads, init.
+
+Imports only torch: the `transformers` export ships this very file as the model's remote code, so an
+exported model runs the same forward pass and the same initialization as the one that trained. Names
+follow transformers' BERT (embeddings, attention, intermediate/output, LayerNorm) where they fit.
+"""
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class ModelConfig:
+    """The architecture by its components, so each choice of the recipe can be ablated on its own.
+
+    The defaults are crammed-bert's. cramming.model.config registers this as the Hydra schema of `arch`
+    and checks values; a module reads the same keys from the exported CrammedBertConfig.
+    """
+
+    name: str = "???"  # label, e.g. crammed-bert; required ("???" is OmegaConf's missing value)
+    num_layers: int = 16
+    hidden_size: int = 768
+    num_heads: int = 12
+    intermediate_size: int = 3072  # with ffn=glu: split into gate and value halves of intermediate_size / 2
+    ffn: str = "glu"  # glu: GELU(gate) * value | gelu: GELU(x), as in BERT
+    norm_scheme: str = "pre"  # pre: x + f(LN x) | post: LN(x + f(x)), as in BERT
+    final_norm: bool = True  # LayerNorm after the last layer
+    bias: bool = False  # biases in every Linear of the encoder and MLM head (decoder bias included)
+    positions: str = "scaled-sinusoidal"  # scaled-sinusoidal: fixed sinusoids x one learned scalar | learned
+    max_position_embeddings: int = 128  # longest input; also the size of a learned position table
+    head_transform: bool = False  # BERT's dense + GELU + LayerNorm before the MLM decoder
+    sparse_prediction: bool = True  # run the decoder and loss on the masked positions only
+    norm_eps: float = 1e-12
+    init_scheme: str = "normal"  # normal: N(0, init_std) | scaled: residual output projections / sqrt(2L)
+    init_std: float = 0.02
+    dropout: float = 0.0  # embeddings, attention probs, residual branches, classifier; 0 in pretraining
+
+
+def sinusoids(length: int, dim: int, device: torch.device) -> torch.Tensor:
+    """Fixed sin/cos position codes (length, dim), computed on the fly: no buffer to save or to restore."""
+    position = torch.arange(length, device=device, dtype=torch.float32)
+    inv_freq = torch.exp(-math.log(10000.0) * torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim)
+    angles = position[:, None] * inv_freq[None, :]  # (T, dim/2)
+    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1)  # (T, dim): sin, cos interleaved
+
+
+def gather_rows(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """x (B, T, C) at positions (B, k) -> (B, k, C)."""
+    return x.gather(1, positions[:, :, None].expand(-1, -1, x.size(-1)))
+
+
+class Embeddings(nn.Module):
+    """Token embedding plus positions (scaled sinusoids or a learned table), then LayerNorm and dropout."""
+
+    def __init__(self, cfg, vocab_size: int):
+        super().__init__()
+        self.max_positions = cfg.max_position_embeddings
+        self.word_embeddings = nn.Embedding(vocab_size, cfg.hidden_size)
+        if cfg.positions == "learned":
+            self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
+        else:
+            self.position_embeddings = None
+            # One learned scalar brings unit-amplitude sinusoids to the scale of the token embeddings.
+            self.position_scale = nn.Parameter(torch.tensor(cfg.hidden_size**-0.5))
+        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        T = input_ids.size(1)
+        if T > self.max_positions:
+            raise ValueError(f"sequence length {T} exceeds max_position_embeddings {self.max_positions}")
+        x = self.word_embeddings(input_ids)  # (B, T, C)
+        if self.position_embeddings is not None:
+            x = x + self.position_embeddings.weight[:T]
+        else:
+            x = x + self.position_scale * sinusoids(T, x.size(-1), x.device)
+        return self.dropout(self.LayerNorm(x))
+
+
+class ResidualOutput(nn.Linear):
+    """The last Linear of a residual branch: init_scheme=scaled shrinks its initialization."""
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention through F.scaled_dot_product_attention (flash / memory-efficient kernels)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.num_heads = cfg.num_heads
+        self.dropout_p = cfg.dropout
+        self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=cfg.bias)  # query, key, value: one GEMM
+        self.dense = ResidualOutput(cfg.hidden_size, cfg.hidden_size, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor | None = None):
+        """x (B, T, C); mask None or bool (B, 1, 1, T), True where a key may be attended to.
+
+        With positions (B, k) only those rows attend (to all T keys): output (B, k, C) instead of (B, T, C).
+        """
+        B, T, C = x.shape
+        nh, hs = self.num_heads, C // self.num_heads
+        if positions is None:
+            q, k, v = self.qkv(x).view(B, T, 3, nh, hs).permute(2, 0, 3, 1, 4)  # (B, nh, T, hs) each
+        else:
+            w_q, w_kv = self.qkv.weight.split((C, 2 * C))
+            b_q, b_kv = (None, None) if self.qkv.bias is None else self.qkv.bias.split((C, 2 * C))
+            q = F.linear(gather_rows(x, positions), w_q, b_q)  # (B, k, C)
+            q = q.view(B, -1, nh, hs).transpose(1, 2)  # (B, nh, k, hs)
+            k, v = F.linear(x, w_kv, b_kv).view(B, T, 2, nh, hs).permute(2, 0, 3, 1, 4)  # (B, nh, T, hs) each
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0)
+        y = y.transpose(1, 2).reshape(B, -1, C)  # (B, T or k, C)
+        return self.dropout(self.dense(y))
+
+
+class FeedForward(nn.Module):
+    """BERT's intermediate + output. With ffn=glu the intermediate is split in halves: GELU(gate) * value."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.glu = cfg.ffn == "glu"
+        width = cfg.intermediate_size // 2 if self.glu else cfg.intermediate_size
+        self.intermediate = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.bias)
+        self.output = ResidualOutput(width, cfg.hidden_size, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.intermediate(x)  # (B, T, I)
+        if self.glu:
+            gate, value = h.chunk(2, dim=-1)  # (B, T, I/2) each
+            h = F.gelu(gate) * value
+        else:
+            h = F.gelu(h)
+        return self.dropout(self.output(h))
+
+
+class Layer(nn.Module):
+    """One transformer layer; pre-LN (x + f(LN x), the crammed choice) or post-LN (LN(x + f(x)), BERT's)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.pre_norm = cfg.norm_scheme == "pre"
+        self.attention_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
+        self.attention = SelfAttention(cfg)
+        self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
+        self.ffn = FeedForward(cfg)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor | None = None):
+        """x (B, T, C) -> (B, T, C), or (B, k, C) when only the rows at positions (B, k) are wanted."""
+        residual = x if positions is None else gather_rows(x, positions)
+        if self.pre_norm:
+            x = residual + self.attention(self.attention_norm(x), mask, positions)
+            return x + self.ffn(self.ffn_norm(x))
+        x = self.attention_norm(residual + self.attention(x, mask, positions))
+        return self.ffn_norm(x + self.ffn(x))
+
+
+class Encoder(nn.Module):
+    """Token ids (B, T) to hidden states; `attention_mask` (B, T) is 1 for real tokens, 0 for padding."""
+
+    def __init__(self, cfg, vocab_size: int):
+        super().__init__()
+        self.embeddings = Embeddings(cfg, vocab_size)
+        self.layer = nn.ModuleList(Layer(cfg) for _ in range(cfg.num_layers))
+        self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps) if cfg.final_norm else nn.Identity()
+
+    def forward(self, input_ids, attention_mask=None, positions=None) -> torch.Tensor:
+        """Hidden states (B, T, C), or (B, k, C) at positions (B, k) only: then the last layer computes its
+        queries and feed-forward for those rows alone (sparse prediction needs no other output)."""
+        # Padding is masked out as keys; padded query rows still compute (no NaN) and are ignored downstream.
+        mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
+        x = self.embeddings(input_ids)  # (B, T, C)
+        for layer in self.layer[:-1]:
+            x = layer(x, mask)
+        x = self.layer[-1](x, mask, positions)  # (B, T or k, C)
+        return self.final_norm(x)
+
+
+class MaskedLMHead(nn.Module):
+    """Optional BERT transform (dense, GELU, LayerNorm), then the decoder tied to the token embedding."""
+
+    def __init__(self, cfg, vocab_size: int):
+        super().__init__()
+        self.transform = nn.Identity()
+        if cfg.head_transform:
+            self.transform = nn.Sequential(OrderedDict(
+                dense=nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=cfg.bias),
+                act=nn.GELU(),
+                LayerNorm=nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps),
+            ))
+        self.bias = nn.Parameter(torch.zeros(vocab_size)) if cfg.bias else None
+
+    def forward(self, x: torch.Tensor, decoder_weight: torch.Tensor) -> torch.Tensor:
+        """x (B, T, C) and the embedding matrix (V, C) to logits (B, T, V)."""
+        return F.linear(self.transform(x), decoder_weight, self.bias)
+
+
+class ClassificationHead(nn.Module):
+    """BERT's pooler (dense + tanh on the [CLS] position), dropout, then a linear classifier.
+
+    The same module serves local and exported checkpoints, so a GLUE score never depends on the code path.
+    """
+
+    def __init__(self, cfg, num_labels: int):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.classifier = nn.Linear(cfg.hidden_size, num_labels)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (B, T, C) to logits (B, num_labels); position 0 holds [CLS]."""
+        pooled = torch.tanh(self.dense(hidden[:, 0]))  # (B, C)
+        return self.classifier(self.dropout(pooled))
+
+
+class Output(NamedTuple):
+    """A NamedTuple (not a dataclass) so `torch.compile(fullgraph=True)` returns it without a graph break."""
+
+    loss: torch.Tensor | None
+    logits: torch.Tensor
+
+
+class CrammedForMaskedLM(nn.Module):
+    """Encoder + MLM head. With sparse prediction the decoder and loss run on `masked_positions` only."""
+
+    def __init__(self, cfg, vocab_size: int):
+        super().__init__()
+        self.config, self.vocab_size = cfg, vocab_size
+        self.bert = Encoder(cfg, vocab_size)
+        self.cls = MaskedLMHead(cfg, vocab_size)
+
+    def forward(self, input_ids, labels=None, masked_positions=None, attention_mask=None) -> Output:
+        """input_ids, labels (B, T), labels -100 where nothing is predicted; masked_positions (B, k), sorted.
+
+        logits are (B, k, V) on the sparse path, (B, T, V) otherwise; loss is the mean cross-entropy over
+        labels != -100 (None without labels).
+        """
+        positions = masked_positions if self.config.sparse_prediction else None
+        # k is the same for every row, so all shapes are static (compiles with fullgraph=True).
+        x = self.bert(input_ids, attention_mask, positions)  # (B, k or T, C)
+        if positions is not None and labels is not None:
+            labels = labels.gather(1, positions)  # (B, k)
+        logits = self.cls(x, self.bert.embeddings.word_embeddings.weight)  # (B, k or T, V)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        return Output(loss, logits)
+
+
+class CrammedForSequenceClassification(nn.Module):
+    """Encoder + [CLS] classification head; cross-entropy, or MSE regression when num_labels == 1 (STS-B)."""
+
+    def __init__(self, cfg, vocab_size: int, num_labels: int):
+        super().__init__()
+        self.config, self.vocab_size, self.num_labels = cfg, vocab_size, num_labels
+        self.bert = Encoder(cfg, vocab_size)
+        self.head = ClassificationHead(cfg, num_labels)
+
+    def forward(self, input_ids, attention_mask=None, labels=None) -> Output:
+        """input_ids, attention_mask (B, T); labels (B,) class ids, or float targets when num_labels == 1."""
+        logits = self.head(self.bert(input_ids, attention_mask))  # (B, num_labels)
+        loss = None
+        if labels is not None:
+            if self.num_labels == 1:
+                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
+            else:
+                loss = F.cross_entropy(logits.float(), labels)
+        return Output(loss, logits)
+
+
+@torch.no_grad()
+def init_module(module: nn.Module, cfg) -> None:
+    """Initialize one module's own parameters: N(0, init_std) for Linear and Embedding weights (residual
+    outputs divided by sqrt(2 * num_layers) with init_scheme=scaled, as GPT-2), zero biases, unit norms,
+    the position scale at 1/sqrt(hidden_size).
+
+    `init_weights` applies it bottom-up; transformers applies it (as `_init_weights`) in the same order to
+    an exported model, so both draw the same weights from the same seed.
+    """
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        scaled = isinstance(module, ResidualOutput) and cfg.init_scheme == "scaled"
+        nn.init.normal_(module.weight, mean=0.0, std=cfg.init_std / (math.sqrt(2 * cfg.num_layers) if scaled else 1))
+    if isinstance(module, (nn.Linear, nn.LayerNorm, MaskedLMHead)) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+    if isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+    if isinstance(module, Embeddings) and module.position_embeddings is None:
+        nn.init.constant_(module.position_scale, cfg.hidden_size**-0.5)
+
+
+def init_weights(model: nn.Module, cfg) -> None:
+    """Initialize every module, children before parents (the order of nn.Module.apply and transformers)."""
+    model.apply(lambda module: init_module(module, cfg))

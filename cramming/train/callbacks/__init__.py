@@ -1,0 +1,95 @@
+"""Components that act at named points of training, like Composer's algorithms on events.
+
+A technique (layer drop, stacking, sparsity masks, distillation, ...) is a Callback subclass in its own
+file in this package; the trainer calls every callback at each point, in order, and keeps what
+`state_dict` returns in each checkpoint, so a resumed run restores it. The loop itself never changes.
+"""
+
+import torch
+
+from cramming.train.state import TrainState
+
+
+class Callback:
+    """Override the points you need; all receive the TrainState. `name` keys the checkpointed state."""
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def on_train_start(self, state: TrainState) -> None:
+        """After set-up (and a resume), just before the budget clock starts."""
+
+    def before_step(self, state: TrainState) -> None:
+        """An optimizer step is about to run; state.fraction, lr and accumulate are set."""
+
+    def after_forward(self, state: TrainState, batch: dict, loss: torch.Tensor) -> torch.Tensor:
+        """Each microbatch's loss before its backward; return it, or a changed one (e.g. distillation)."""
+        return loss
+
+    def before_optimizer_step(self, state: TrainState) -> None:
+        """Gradients are accumulated, synchronized, unscaled and clipped; the loss is finite."""
+
+    def after_optimizer_step(self, state: TrainState) -> None:
+        """The weights have just changed (e.g. re-apply sparsity masks)."""
+
+    def after_step(self, state: TrainState) -> None:
+        """The step is counted in state.progress; state.step_* describe it."""
+
+    def on_train_end(self, state: TrainState, reason: str) -> None:
+        """Training ended normally ("budget" or "max_steps"), before the final checkpoint."""
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what state_dict returned (only called when it returned something)."""
+
+
+class CallbackList:
+    """Calls each callback at each point, in the order given."""
+
+    def __init__(self, callbacks: list[Callback]):
+        names = [callback.name for callback in callbacks]
+        duplicated = sorted({name for name in names if names.count(name) > 1})
+        if duplicated:
+            raise ValueError(f"two callbacks are named {', '.join(duplicated)}; give each its own name")
+        self.callbacks = list(callbacks)
+
+    def on_train_start(self, state: TrainState) -> None:
+        for callback in self.callbacks:
+            callback.on_train_start(state)
+
+    def before_step(self, state: TrainState) -> None:
+        for callback in self.callbacks:
+            callback.before_step(state)
+
+    def after_forward(self, state: TrainState, batch: dict, loss: torch.Tensor) -> torch.Tensor:
+        for callback in self.callbacks:
+            loss = callback.after_forward(state, batch, loss)
+        return loss
+
+    def before_optimizer_step(self, state: TrainState) -> None:
+        for callback in self.callbacks:
+            callback.before_optimizer_step(state)
+
+    def after_optimizer_step(self, state: TrainState) -> None:
+        for callback in self.callbacks:
+            callback.after_optimizer_step(state)
+
+    def after_step(self, state: TrainState) -> None:
+        for callback in self.callbacks:
+            callback.after_step(state)
+
+    def on_train_end(self, state: TrainState, reason: str) -> None:
+        for callback in self.callbacks:
+            callback.on_train_end(state, reason)
+
+    def state_dict(self) -> dict:
+        states = {callback.name: callback.state_dict() for callback in self.callbacks}
+        return {name: state for name, state in states.items() if state}
+
+    def load_state_dict(self, states: dict) -> None:
+        for callback in self.callbacks:
+            if callback.name in states:
+                callback.load_state_dict(states[callback.name])

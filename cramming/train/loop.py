@@ -1,0 +1,50 @@
+"""The training loop: pick the step's lr and batch for the current progress, run it, let the components
+act, until the stopping rule says so. Everything else (logging, checkpoints, techniques) is a callback."""
+
+from dataclasses import dataclass
+
+from cramming.runtime import accumulation_steps, lr_multiplier, set_lr
+from cramming.train.callbacks import CallbackList
+from cramming.train.distributed import Distributed
+from cramming.train.state import TrainState
+from cramming.train.step import TrainStep
+from cramming.train.stopping import StoppingRule
+
+
+@dataclass
+class Schedule:
+    """The recipe's schedules at progress f: the learning rate and the batch (as microbatches to accumulate)."""
+
+    train_cfg: object  # the `train` config
+    sequences_per_microbatch: int  # across all ranks
+
+    def lr(self, fraction: float) -> float:
+        train = self.train_cfg
+        return train.optim.lr * lr_multiplier(train.lr_schedule, fraction, train.warmup_fraction)
+
+    def accumulate(self, fraction: float) -> int:
+        train = self.train_cfg
+        return accumulation_steps(fraction, self.sequences_per_microbatch, train.batch_size,
+                                  train.batch_ramp_fraction)
+
+
+def run_loop(state: TrainState, step: TrainStep, stopping: StoppingRule, schedule: Schedule,
+             callbacks: CallbackList, dist: Distributed, tokens_per_microbatch: int) -> str:
+    """Train until the budget or max_steps; returns which ("budget" or "max_steps")."""
+    progress = state.progress
+    callbacks.on_train_start(state)
+    state.clock.start()
+    while not dist.any(stopping.done(progress.step), state.device):
+        state.fraction = stopping.fraction(progress.step)
+        state.lr, state.accumulate = schedule.lr(state.fraction), schedule.accumulate(state.fraction)
+        set_lr(state.optimizer, state.lr)
+        callbacks.before_step(state)
+        step.run(state)
+        progress.step += 1
+        progress.tokens += state.step_microbatches * tokens_per_microbatch
+        progress.elapsed = state.clock.elapsed
+        callbacks.after_step(state)
+    progress.elapsed = state.clock.elapsed
+    reason = stopping.reason(progress.step)
+    callbacks.on_train_end(state, reason)
+    return reason

@@ -1,0 +1,98 @@
+"""One optimizer step: forward and backward over the step's microbatches, then unscale, clip and update."""
+
+import contextlib
+import logging
+
+import torch
+
+from cramming.errors import CrammingError
+from cramming.runtime import Precision
+from cramming.train.callbacks import CallbackList
+from cramming.train.distributed import Distributed
+from cramming.train.state import TrainState
+from cramming.train.stopping import StoppingRule
+
+log = logging.getLogger("pretrain")
+
+
+class NonFiniteLossError(CrammingError):
+    """Too many non-finite losses in a row: the run stops (after writing its summary)."""
+
+
+class TrainStep:
+    """Gradients of state.accumulate microbatches, synchronized across ranks once (on the last), then the
+    update. A non-finite loss skips the update and is counted; `max_nonfinite_steps` in a row stop the run.
+
+    If a budget-driven run's clock expires mid-step, the step is taken with the microbatches done so far:
+    their gradients (and loss) are rescaled to a mean over that smaller batch, so no compute is wasted.
+    """
+
+    def __init__(self, network: torch.nn.Module, scaler: torch.amp.GradScaler, precision: Precision,
+                 dist: Distributed, stream, callbacks: CallbackList, stopping: StoppingRule, train_cfg):
+        self.network = network  # the model as it runs: compiled and/or wrapped by DDP
+        self.scaler, self.precision, self.dist, self.stream = scaler, precision, dist, stream
+        self.callbacks, self.stopping = callbacks, stopping
+        self.grad_clip = train_cfg.optim.grad_clip
+        self.max_nonfinite_steps = train_cfg.max_nonfinite_steps
+
+    def run(self, state: TrainState) -> None:
+        """Run the step planned in state; sets state.step_loss, step_microbatches and step_applied."""
+        state.step_loss, state.step_microbatches = self._accumulate(state)
+        state.step_applied = self._apply(state, state.step_loss)
+
+    def _budget_ran_out(self, device: torch.device) -> bool:
+        return self.stopping.progress == "budget" and self.dist.any(self.stopping.clock.expired(), device)
+
+    def _accumulate(self, state: TrainState) -> tuple[torch.Tensor, int]:
+        """Forward and backward up to state.accumulate microbatches; the mean loss and how many ran."""
+        accumulate, device = state.accumulate, state.device
+        step_loss = torch.zeros((), device=device)
+        done = 0
+        while done < accumulate:
+            if done and self._budget_ran_out(device):
+                break
+            batch = {key: value.to(device, non_blocking=True) for key, value in next(self.stream).items()}
+            last = done + 1 == accumulate
+            sync = contextlib.nullcontext() if last or not self.dist.enabled else self.network.no_sync()
+            with sync:
+                with self.precision.autocast():
+                    loss = self.network(**batch).loss
+                loss = self.callbacks.after_forward(state, batch, loss)
+                self.scaler.scale(loss / accumulate).backward()
+            step_loss += loss.detach() / accumulate
+            done += 1
+            state.progress.microbatches += 1
+        if done < accumulate:  # the last microbatch ran under no_sync: average the gradients here
+            self.dist.average_gradients(state.model)
+            for parameter in state.model.parameters():
+                if parameter.grad is not None:
+                    parameter.grad.mul_(accumulate / done)
+            step_loss *= accumulate / done
+        return self.dist.mean(step_loss), done
+
+    def _apply(self, state: TrainState, step_loss: torch.Tensor) -> bool:
+        """Unscale, clip and update; False when a non-finite loss skipped the update."""
+        progress, optimizer = state.progress, state.optimizer
+        if not torch.isfinite(step_loss):  # waits for the step's forward and backward
+            optimizer.zero_grad(set_to_none=True)
+            progress.nonfinite_total += 1
+            progress.nonfinite_in_a_row += 1
+            log.warning("step %d: non-finite loss, step skipped (%d in a row)", progress.step + 1,
+                        progress.nonfinite_in_a_row)
+            if progress.nonfinite_in_a_row >= self.max_nonfinite_steps:
+                raise NonFiniteLossError(
+                    f"{progress.nonfinite_in_a_row} non-finite losses in a row at step {progress.step + 1}: "
+                    f"stopping; the last good checkpoint is kept in {state.run_dir / 'checkpoints'} "
+                    "(try a lower train.optim.lr or impl.precision=bf16)"
+                )
+            return False
+        progress.nonfinite_in_a_row = 0
+        self.scaler.unscale_(optimizer)
+        if self.grad_clip:
+            torch.nn.utils.clip_grad_norm_(state.model.parameters(), self.grad_clip)
+        self.callbacks.before_optimizer_step(state)
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        self.callbacks.after_optimizer_step(state)
+        optimizer.zero_grad(set_to_none=True)
+        return True

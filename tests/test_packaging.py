@@ -1,0 +1,86 @@
+"""The layout the project promises: every package in the wheel with the configs, commands that run from an
+installed wheel outside the checkout, thin scripts, small modules, and a model import without transformers."""
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+MAX_MODULE_LINES = 300
+MAX_SCRIPT_LINES = 60
+
+
+def test_the_wheel_lists_every_package_and_maps_the_configs():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    setuptools = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = {".".join(path.parent.relative_to(REPO_ROOT).parts) for path in (REPO_ROOT / "cramming").rglob("__init__.py")}
+    assert set(setuptools["packages"]) == packages | {"cramming.configs"}
+    assert setuptools["package-dir"] == {"cramming.configs": "configs"}
+
+
+def test_modules_stay_small_and_scripts_thin():
+    too_long = {str(path.relative_to(REPO_ROOT)): lines for path in (REPO_ROOT / "cramming").rglob("*.py")
+                if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert too_long == {}
+    fat_scripts = {path.name: lines for path in (REPO_ROOT / "scripts").glob("*.py")
+                   if (lines := len(path.read_text().splitlines())) > MAX_SCRIPT_LINES}
+    assert fat_scripts == {}
+
+
+def test_nothing_touches_sys_path():
+    sources = [*(REPO_ROOT / "cramming").rglob("*.py"), *(REPO_ROOT / "scripts").glob("*.py"),
+               REPO_ROOT / "pretrain.py", REPO_ROOT / "eval_glue.py"]
+    editing = []
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", "") == "sys":
+                editing.append(str(path.relative_to(REPO_ROOT)))
+    assert editing == []
+
+
+def test_importing_the_model_does_not_import_transformers():
+    code = "import sys, cramming.model; assert 'transformers' not in sys.modules, 'transformers was imported'"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.slow
+def test_a_wheel_installed_in_a_fresh_venv_runs_the_quick_start_outside_the_checkout(tmp_path):
+    source = tmp_path / "source"  # setuptools builds inside the source tree: keep the checkout clean
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(REPO_ROOT / name, source / name)
+    for name in ("cramming", "configs"):
+        shutil.copytree(REPO_ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"),
+                            str(source)], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "dist").glob("cramming-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"cramming/configs/pretrain.yaml", "cramming/configs/quickstart.yaml", "cramming/configs/gpu/cpu.yaml",
+            "cramming/configs/arch/crammed-bert-tiny.yaml"} <= names
+
+    venv = tmp_path / "venv"  # sees this interpreter's packages (torch, ...), but not the checkout
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    installed = subprocess.run([venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                                str(wheel)], capture_output=True, text=True, timeout=300)
+    assert installed.returncode == 0, installed.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "CRAMMING_CACHE": str(tmp_path / "cache")}
+    env.pop("PYTHONPATH", None)
+    where = subprocess.run([venv / "bin" / "python", "-c", "import cramming; print(cramming.CONFIG_DIR)"],
+                           cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+    assert where.stdout.strip() == str(next(venv.glob("lib/python*/site-packages")) / "cramming" / "configs")
+    run = subprocess.run([venv / "bin" / "cramming-pretrain", "--config-name", "quickstart", "budget=0.0005"],
+                         cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (run_dir,) = (elsewhere / "outputs" / "quickstart").iterdir()
+    assert (run_dir / "checkpoints" / "final" / "model.safetensors").is_file()
+    assert (run_dir / "summary.json").is_file()

@@ -1,0 +1,75 @@
+"""One resolver for `resume=` and `ckpt=`: a checkpoint dir, a run dir, a directory of runs, or latest."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cramming.errors import CrammingError
+from cramming.runs import STATE_FILE, WEIGHTS_FILE, new_run_dir, resolve_checkpoint
+
+
+def checkpoint(directory: Path, age: float = 0.0, state: bool = True) -> Path:
+    """A checkpoint directory whose weights were written at 1e9 + age (seconds since the epoch)."""
+    directory.mkdir(parents=True)
+    for name in (WEIGHTS_FILE, STATE_FILE) if state else (WEIGHTS_FILE,):
+        (directory / name).write_bytes(b"")
+    os.utime(directory / WEIGHTS_FILE, (1e9 + age, 1e9 + age))
+    return directory
+
+
+def test_a_checkpoint_dir_is_used_as_given(tmp_path):
+    given = checkpoint(tmp_path / "ckpt")
+    assert resolve_checkpoint(str(given), tmp_path, key="ckpt") == given
+
+
+def test_a_run_dir_means_its_final_else_its_highest_step(tmp_path):
+    run = tmp_path / "outputs" / "tiny" / "2024-01-01_00-00-00"
+    checkpoint(run / "checkpoints" / "step-00000900")
+    checkpoint(run / "checkpoints" / "step-00001000")
+    checkpoint(run / "checkpoints" / "900")  # a step number at the end of the name is enough
+    assert resolve_checkpoint(str(run), tmp_path, key="ckpt") == run / "checkpoints" / "step-00001000"
+    (run / "checkpoints" / ".final.tmp").mkdir()  # a write in progress never counts
+    (run / "checkpoints" / ".final.tmp" / WEIGHTS_FILE).write_bytes(b"")
+    assert resolve_checkpoint(str(run), tmp_path, key="ckpt") == run / "checkpoints" / "step-00001000"
+    checkpoint(run / "checkpoints" / "final")
+    assert resolve_checkpoint(str(run), tmp_path, key="ckpt") == run / "checkpoints" / "final"
+
+
+def test_latest_is_the_run_that_wrote_its_checkpoint_last(tmp_path):
+    outputs = tmp_path / "outputs"
+    earlier = checkpoint(outputs / "a" / "2024-01-02_00-00-00" / "checkpoints" / "final", age=0)
+    later = checkpoint(outputs / "b" / "2024-01-01_00-00-00" / "checkpoints" / "final", age=100)
+    (outputs / "b" / "2024-01-03_00-00-00").mkdir()  # started, killed before its first checkpoint
+    (outputs / "glue" / "2024-01-04_00-00-00").mkdir(parents=True)  # not a pretraining run
+    assert resolve_checkpoint("latest", outputs, key="ckpt") == later  # eval_glue: every run under outputs/
+    assert resolve_checkpoint("latest", outputs / "a", key="resume") == earlier  # resume: the runs of one name
+    assert resolve_checkpoint(str(outputs / "a"), outputs, key="ckpt") == earlier  # a directory of runs
+
+
+def test_resume_needs_the_trainer_state(tmp_path):
+    run = tmp_path / "exp" / "2026-01-01_00-00-00"
+    with_state = checkpoint(run / "checkpoints" / "step-00000005")
+    checkpoint(run / "checkpoints" / "final", state=False)  # weights only: enough to evaluate, not to resume
+    assert resolve_checkpoint(str(run), tmp_path, key="ckpt") == run / "checkpoints" / "final"
+    assert resolve_checkpoint(str(run), tmp_path, key="resume", need_state=True) == with_state
+    assert resolve_checkpoint("latest", tmp_path / "exp", key="resume", need_state=True) == with_state
+
+
+def test_bad_arguments_are_one_line_errors(tmp_path):
+    with pytest.raises(CrammingError, match=r"^ckpt=.*absent: no such directory$"):
+        resolve_checkpoint(str(tmp_path / "absent"), tmp_path, key="ckpt")
+    with pytest.raises(CrammingError, match=r"^ckpt=.*: not a complete checkpoint \(model.safetensors\), nor a run"):
+        resolve_checkpoint(str(tmp_path), tmp_path, key="ckpt")
+    with pytest.raises(CrammingError, match=r"^resume=latest: no run with a complete checkpoint \(model.safetensors "
+                                            r"and trainer_state.pt\) under "):
+        resolve_checkpoint("latest", tmp_path, key="resume", need_state=True)
+    run = tmp_path / "run"
+    (run / "checkpoints" / ".step-00000001.tmp").mkdir(parents=True)
+    with pytest.raises(CrammingError, match="this run has no complete checkpoint"):
+        resolve_checkpoint(str(run), tmp_path, key="ckpt")
+
+
+def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path):
+    first, second = new_run_dir(tmp_path, "x"), new_run_dir(tmp_path, "x")
+    assert first != second and first.is_dir() and second.is_dir() and second.name.startswith(first.name)

@@ -1,0 +1,52 @@
+"""Shared by the training tests: tiny run settings, composing them, reading what a run left, and a
+callback that interrupts a run as Ctrl-C would."""
+
+import json
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+from cramming.train.callbacks import Callback
+from cramming.train.config import PretrainConfig  # noqa: F401  (registers the schemas)
+from tests.conftest import REPO_ROOT
+
+TINY_RUN = ["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t"]
+# A step-driven run: same steps and data order every time, checkpoints after every step.
+STEP_RUN = TINY_RUN + [
+    "train=steps",
+    "train.max_steps=8",
+    "train.batch_size=64",
+    "impl.microbatch_size=16",
+    "budget=1",
+    "logging.every_steps=1",
+    "checkpoint.interval_minutes=1e-9",
+]
+
+
+def compose_config(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base="1.3"):
+        return compose("pretrain", overrides=overrides)
+
+
+def only_run(output_dir: Path) -> Path:
+    (run_dir,) = (output_dir / "t").iterdir()
+    return run_dir
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+class InterruptAt(Callback):
+    """Raises KeyboardInterrupt before the given step (1-based)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def before_step(self, state):
+        if state.progress.step + 1 == self.step:
+            raise KeyboardInterrupt

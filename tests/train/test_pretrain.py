@@ -67,6 +67,11 @@ def test_sigkill_and_resume_match_an_uninterrupted_run(cache_dir, tmp_path):
     assert state_b["step"] == 8
     weights_a, weights_b = load_file(a / "checkpoints/final/model.safetensors"), load_file(b / "checkpoints/final/model.safetensors")
     assert all(torch.equal(weights_a[key], weights_b[key]) for key in weights_a)
+    optimizer_a, optimizer_b = (torch.load(run / "checkpoints/final/trainer_state.pt", weights_only=True)["optimizer"]
+                                for run in (a, b))
+    assert optimizer_a["state"].keys() == optimizer_b["state"].keys() and len(optimizer_a["state"]) > 10
+    for key, moments in optimizer_a["state"].items():  # AdamW's step count and both moments, bit for bit
+        assert all(torch.equal(value, optimizer_b["state"][key][name]) for name, value in moments.items())
     steps_b = [record["step"] for record in records(b)]
     assert steps_b == list(range(1, 9))  # the curve continues: no gap, no repeated step
     assert [r["loss"] for r in records(a)] == [r["loss"] for r in records(b)]

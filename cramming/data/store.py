@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from cramming.data.config import DataConfig
 from cramming.errors import CrammingError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: deterministic tokenizer training
 EXECUTION_ONLY_KEYS = ("batch_mb",)  # change how fast, not what is produced
 ROWS_FILE, ORDER_FILE, COUNTS_FILE, TOKENIZER_FILE, META_FILE = (
     "rows.bin",

@@ -1,5 +1,6 @@
 """Train, save and load the corpus tokenizer (WordPiece, BPE or Unigram) with fixed special-token ids."""
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -14,6 +15,8 @@ SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(SPECIAL_TOKENS))
 MAX_VOCAB_SIZE = 2**16  # rows are stored as uint16
 TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram")
+CONTINUING_PREFIX = "##"  # marks a token that continues a word (WordPiece, and our BPE)
+UNIGRAM_SCORE_DIGITS = 6
 
 
 def build_normalizer(cfg: NormalizeConfig) -> normalizers.Normalizer | None:
@@ -29,53 +32,81 @@ def build_normalizer(cfg: NormalizeConfig) -> normalizers.Normalizer | None:
     return normalizers.Sequence(steps) if steps else None
 
 
-def _untrained_tokenizer(cfg: TokenizerConfig) -> tuple[Tokenizer, trainers.Trainer]:
-    special = list(SPECIAL_TOKENS)
+def _untrained_tokenizer(cfg: TokenizerConfig, normalize_cfg: NormalizeConfig) -> Tokenizer:
     if cfg.kind == "wordpiece":
         tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tokenizer.decoder = decoders.WordPiece()
-        trainer = trainers.WordPieceTrainer(
-            vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, special_tokens=special, show_progress=False
-        )
     elif cfg.kind == "bpe":
-        tokenizer = Tokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix="##"))
-        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tokenizer.decoder = decoders.WordPiece()
-        trainer = trainers.BpeTrainer(
-            vocab_size=cfg.vocab_size,
-            min_frequency=cfg.min_frequency,
-            special_tokens=special,
-            continuing_subword_prefix="##",
-            show_progress=False,
-        )
+        tokenizer = Tokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix=CONTINUING_PREFIX))
     elif cfg.kind == "unigram":
         tokenizer = Tokenizer(models.Unigram())
-        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
-        tokenizer.decoder = decoders.Metaspace()
-        trainer = trainers.UnigramTrainer(
-            vocab_size=cfg.vocab_size, special_tokens=special, unk_token="[UNK]", show_progress=False
-        )
     else:
         raise CrammingError(f"data.tokenizer.kind={cfg.kind!r} is unknown; choose one of {', '.join(TOKENIZER_KINDS)}")
-    return tokenizer, trainer
+    metaspace = cfg.kind == "unigram"
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace() if metaspace else pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.Metaspace() if metaspace else decoders.WordPiece()
+    tokenizer.normalizer = build_normalizer(normalize_cfg)
+    return tokenizer
+
+
+def _trainer(cfg: TokenizerConfig, special_tokens: list[str]) -> trainers.Trainer:
+    common = {"vocab_size": cfg.vocab_size, "special_tokens": special_tokens, "show_progress": False}
+    if cfg.kind == "wordpiece":
+        return trainers.WordPieceTrainer(min_frequency=cfg.min_frequency, **common)
+    if cfg.kind == "bpe":
+        return trainers.BpeTrainer(min_frequency=cfg.min_frequency, continuing_subword_prefix=CONTINUING_PREFIX,
+                                   **common)
+    return trainers.UnigramTrainer(unk_token="[UNK]", **common)
+
+
+def _continuing_tokens(tokenizer: Tokenizer, texts: list[str]) -> list[str]:
+    """"##c" for every character c of the normalized text that can continue a word (the pre-tokenizer
+    keeps it in one word after a letter: not whitespace, not punctuation), sorted."""
+    chars: set[str] = set()
+    for start in range(0, len(texts), 1024):  # chunks of lines: few calls into the Rust normalizer
+        chunk = "\n".join(texts[start : start + 1024])
+        chars.update(tokenizer.normalizer.normalize_str(chunk) if tokenizer.normalizer is not None else chunk)
+    pre_tokenize = tokenizer.pre_tokenizer.pre_tokenize_str
+    continuing = [char for char in sorted(chars) if [word for word, _ in pre_tokenize("a" + char)] == ["a" + char]]
+    return [CONTINUING_PREFIX + char for char in continuing]
+
+
+def _without_added(tokenizer: Tokenizer, registered: list[str]) -> Tokenizer:
+    """The trained tokenizer with `registered` kept as ordinary vocabulary, not as added (special) tokens."""
+    state = json.loads(tokenizer.to_str())
+    state["added_tokens"] = [token for token in state["added_tokens"] if token["content"] not in set(registered)]
+    return Tokenizer.from_str(json.dumps(state))
+
+
+def _pieces_in_canonical_order(tokenizer: Tokenizer) -> Tokenizer:
+    """Unigram: the special tokens, then the learned pieces by score and text. Scores are rounded to
+    UNIGRAM_SCORE_DIGITS decimals: the trainer's parallel sums differ in their last bits from run to run."""
+    state = json.loads(tokenizer.to_str())
+    special, learned = state["model"]["vocab"][: len(SPECIAL_TOKENS)], state["model"]["vocab"][len(SPECIAL_TOKENS) :]
+    learned = [[piece, round(score, UNIGRAM_SCORE_DIGITS)] for piece, score in learned]
+    state["model"]["vocab"] = special + sorted(learned, key=lambda piece: (-piece[1], piece[0]))
+    return Tokenizer.from_str(json.dumps(state))
 
 
 def train_tokenizer(texts: Iterable[str], tokenizer_cfg: TokenizerConfig, normalize_cfg: NormalizeConfig) -> Tokenizer:
     """Train on `texts`; fail plainly if the text cannot support the requested vocabulary.
 
-    Special-token ids are fixed. The learned part is not bit-reproducible across processes: the
-    `tokenizers` trainers break ties between equally frequent merges in hash-map order, so two
-    trainings on the same text can differ in a few rare tokens. The dataset cache pins one result.
+    Deterministic: the same text and settings give the same tokenizer, ids included, in every process.
+    The `tokenizers` trainers are not (huggingface/tokenizers#1794): BPE and WordPiece give the continuing
+    "##" tokens ids in hash-map order and break ties between equally frequent merges by id; Unigram
+    orders equally scored pieces by hash. So the "##" tokens are registered up front, sorted, and then
+    turned back into ordinary tokens, and Unigram's pieces are put in a canonical order (scores rounded).
     """
     if not len(SPECIAL_TOKENS) < tokenizer_cfg.vocab_size <= MAX_VOCAB_SIZE:
         raise CrammingError(
             f"data.tokenizer.vocab_size={tokenizer_cfg.vocab_size} must be between {len(SPECIAL_TOKENS) + 1} "
             f"and {MAX_VOCAB_SIZE} (rows are stored as uint16)"
         )
-    tokenizer, trainer = _untrained_tokenizer(tokenizer_cfg)
-    tokenizer.normalizer = build_normalizer(normalize_cfg)
-    tokenizer.train_from_iterator(texts, trainer)
+    texts = list(texts)  # read twice; bounded by data.tokenizer.train_sample_mb
+    tokenizer = _untrained_tokenizer(tokenizer_cfg, normalize_cfg)
+    registered = [] if tokenizer_cfg.kind == "unigram" else _continuing_tokens(tokenizer, texts)
+    tokenizer.train_from_iterator(texts, _trainer(tokenizer_cfg, [*SPECIAL_TOKENS, *registered]))
+    tokenizer = _pieces_in_canonical_order(tokenizer) if tokenizer_cfg.kind == "unigram" else _without_added(
+        tokenizer, registered)
     for expected_id, token in enumerate(SPECIAL_TOKENS):
         assert tokenizer.token_to_id(token) == expected_id, f"special token {token} did not get id {expected_id}"
     learned = tokenizer.get_vocab_size()

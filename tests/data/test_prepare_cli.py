@@ -1,5 +1,6 @@
 """Real subprocess runs of scripts/prepare_data.py."""
 
+import json
 import os
 import subprocess
 import sys
@@ -28,6 +29,18 @@ def test_embedded_then_cache_hit(cache_dir):
     second = prepare("data=embedded")
     assert second.returncode == 0 and "reused from cache" in second.stdout
     assert dataset_line(first) == dataset_line(second)  # the same dataset directory
+
+
+def test_two_preparations_in_two_processes_give_the_same_dataset(tmp_path):
+    """Tokenizer training, packing and ordering are deterministic: the same corpus and settings give the
+    same bytes in any process (hash-map order inside `tokenizers` once made every tokenizer different)."""
+    digests = []
+    for cache in ("a", "b"):
+        run = prepare("data=embedded", f"cache_dir={tmp_path / cache}")
+        assert run.returncode == 0, run.stderr
+        (meta,) = (tmp_path / cache / "data").glob("*/meta.json")
+        digests.append(json.loads(meta.read_text())["sha256"])
+    assert digests[0] == digests[1] and set(digests[0]) == {"rows.bin", "order.npy", "tokenizer.json"}
 
 
 def test_real_gutenberg_shard_with_an_unquoted_glob(cache_dir, gutenberg_valid):

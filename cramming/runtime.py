@@ -6,6 +6,7 @@ from here, so a speed figure, a GLUE score and a pretraining run mean the same t
 
 import contextlib
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +44,38 @@ def prepare_device(device: torch.device) -> None:
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+
+
+@contextlib.contextmanager
+def deterministic_algorithms(enabled: bool):
+    """Within it, a run repeats bit for bit on the same machine: deterministic kernels (an error where an op
+    has none), cuBLAS's fixed workspace and the math attention backend (the fused kernels' backward
+    passes are not deterministic). The previous settings come back afterwards."""
+    if not enabled:
+        yield
+        return
+    before = (torch.are_deterministic_algorithms_enabled(), os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+              torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.mem_efficient_sdp_enabled(),
+              torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cudnn.benchmark)
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"  # read when cuBLAS starts: set before any GPU matmul
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cuda.enable_flash_sdp(False)
+    torch.backends.cuda.enable_mem_efficient_sdp(False)
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        algorithms, workspace, flash, efficient, cudnn_sdp, benchmark = before
+        torch.use_deterministic_algorithms(algorithms)
+        if workspace is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
+        torch.backends.cuda.enable_flash_sdp(flash)
+        torch.backends.cuda.enable_mem_efficient_sdp(efficient)
+        torch.backends.cuda.enable_cudnn_sdp(cudnn_sdp)
+        torch.backends.cudnn.benchmark = benchmark
 
 
 # --- precision ------------------------------------------------------------------------------------

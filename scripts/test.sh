@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Set up, then run the whole test suite offline (no hub, no W&B account).
+#   --locked (first argument)   set up with the exact versions CI tests; other arguments go to pytest
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+setup=()
+if [[ "${1:-}" == "--locked" ]]; then
+  setup=(--locked)
+  shift
+fi
+bash scripts/setup.sh ${setup[@]+"${setup[@]}"}
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=offline
 python3 -m pytest -q "$@"

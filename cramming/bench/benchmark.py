@@ -6,7 +6,6 @@ Writes <output_dir>/<run>.json and <run>.md; the JSON has ours.tokens_per_s, hf_
 
 import json
 import os
-import platform
 import shlex
 import statistics
 import sys
@@ -25,6 +24,7 @@ from cramming.errors import CrammingError
 from cramming.hardware import known_profiles, model_flops_utilization
 from cramming.model import ModelConfig, build_mlm_model, training_flops_per_token
 from cramming.model.config import as_model_config
+from cramming.provenance import cpu_model
 from cramming.runtime import DTYPES, Precision, prepare_device, resolve_device
 
 
@@ -120,12 +120,7 @@ def device_peak_tflops(s: BenchmarkSettings, device: torch.device) -> tuple[Opti
 
 
 def cpu_name() -> str:
-    model = platform.processor() or platform.machine()
-    if Path("/proc/cpuinfo").is_file():
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
-        model = names[0] if names else model
-    return f"CPU {model}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+    return f"CPU {cpu_model()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
 
 
 def markdown(result: dict) -> str:

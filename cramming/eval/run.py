@@ -17,7 +17,8 @@ from cramming.eval.config import GlueConfig, as_glue_config, protocol_deviations
 from cramming.eval.finetune import finetune
 from cramming.eval.metrics import PROTOCOL_NUMBERS, glue_average
 from cramming.eval.report import write_reports
-from cramming.model.checkpoint import build_classifier_from_pretrained
+from cramming.model.checkpoint import build_classifier_from_pretrained, read_config
+from cramming.provenance import provenance
 from cramming.runtime import Precision, prepare_device, resolve_device
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ def run_glue(eval_cfg: Any, checkpoint_dir: str | Path, output_dir: str | Path) 
             "precision": precision.name,
             "torch": torch.__version__,
         },
+        "provenance": provenance(device),  # what ran the fine-tuning
+        "checkpoint_provenance": read_config(checkpoint_dir)[0].get("provenance"),  # what pretrained it
         "wall_seconds": time.perf_counter() - started,
     }
     write_reports(results, Path(output_dir))

@@ -1,8 +1,8 @@
 """Checkpoint directories: model.safetensors + config.json + the tokenizer, loaded without unpickling code.
 
 config.json holds {"format": "cramming", "task": "masked-lm" | "sequence-classification", "vocab_size",
-"num_labels" (classifiers only), "arch": {ModelConfig}}; `export_to_transformers` turns such a directory into
-one that `transformers` loads.
+"num_labels" (classifiers only), "arch": {ModelConfig}, "provenance" (pretraining checkpoints)};
+`export_to_transformers` turns such a directory into one that `transformers` loads.
 """
 
 import dataclasses
@@ -41,8 +41,10 @@ def unwrap(model: nn.Module) -> nn.Module:
             return model
 
 
-def save_pretrained(model: nn.Module, directory: str | os.PathLike, tokenizer: "PreTrainedTokenizerFast"):
-    """Write `model` (masked-LM or classifier, compiled or not) and its tokenizer into `directory`."""
+def save_pretrained(model: nn.Module, directory: str | os.PathLike, tokenizer: "PreTrainedTokenizerFast",
+                    provenance: dict | None = None):
+    """Write `model` (masked-LM or classifier, compiled or not) and its tokenizer into `directory`;
+    `provenance` (what produced it, see cramming.provenance) goes into config.json."""
     model = unwrap(model)
     if type(model) not in _TASKS:
         raise TypeError(f"cannot save a {type(model).__name__}: expected a crammed masked-LM or classifier")
@@ -59,6 +61,8 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike, tokenizer: "
     }
     if isinstance(model, CrammedForSequenceClassification):
         config["num_labels"] = model.num_labels
+    if provenance is not None:
+        config["provenance"] = provenance
     # Write to temporary names, then rename: a crash mid-save never leaves a half-written checkpoint file.
     save_file(state, directory / (WEIGHTS_NAME + ".tmp"), metadata={"format": "pt"})
     os.replace(directory / (WEIGHTS_NAME + ".tmp"), directory / WEIGHTS_NAME)

@@ -25,13 +25,14 @@ from cramming.train.state import Progress, TrainState
 RESUME_MUST_MATCH = ("arch", "data", "train")
 
 
-def save_checkpoint(run_dir: Path, name: str, model: nn.Module, tokenizer, state: dict, keep_last: int) -> Path:
+def save_checkpoint(run_dir: Path, name: str, model: nn.Module, tokenizer, state: dict, keep_last: int,
+                    provenance: dict | None = None) -> Path:
     """Write into a temporary directory, then rename it into place; prune old step checkpoints."""
     root = run_dir / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     target, tmp, old = root / name, root / f".{name}.tmp", root / f".{name}.old"
     shutil.rmtree(tmp, ignore_errors=True)
-    save_pretrained(model, tmp, tokenizer)
+    save_pretrained(model, tmp, tokenizer, provenance)
     torch.save(state, tmp / STATE_FILE)
     if target.exists():  # only `final` is ever rewritten (a resumed, finished run)
         shutil.rmtree(old, ignore_errors=True)
@@ -85,11 +86,11 @@ class Checkpointer(Callback):
     name = "checkpointer"
 
     def __init__(self, checkpoint_cfg, tokenizer, scaler: torch.amp.GradScaler, fingerprint: dict,
-                 callbacks: CallbackList, is_main: bool):
+                 callbacks: CallbackList, is_main: bool, provenance: dict):
         self.interval_s = checkpoint_cfg.interval_minutes * 60
         self.keep_last = checkpoint_cfg.keep_last
         self.tokenizer, self.scaler, self.fingerprint = tokenizer, scaler, fingerprint
-        self.callbacks, self.is_main = callbacks, is_main
+        self.callbacks, self.is_main, self.provenance = callbacks, is_main, provenance
         self.last_at = 0.0
 
     def on_train_start(self, state: TrainState) -> None:
@@ -115,6 +116,7 @@ class Checkpointer(Callback):
             "callbacks": self.callbacks.state_dict(),
             "fingerprint": self.fingerprint,
         }
-        save_checkpoint(state.run_dir, name, state.model, self.tokenizer, trainer_state, self.keep_last)
+        save_checkpoint(state.run_dir, name, state.model, self.tokenizer, trainer_state, self.keep_last,
+                        self.provenance)
         if name != FINAL:  # the end of the run draws its own, whatever way it ends
             plot_run(state.run_dir)

@@ -61,6 +61,9 @@ class ImplConfig:
     compile: Optional[bool] = None
     precision: Optional[str] = None
     num_workers: Optional[int] = None
+    # true: two runs on the same machine are bit-identical (deterministic kernels, cuBLAS workspace, the math
+    # attention backend); needs train.progress=steps. Slower: see docs/training.md
+    deterministic: bool = False
 
 
 @dataclass

@@ -69,6 +69,9 @@ def check_train_config(cfg) -> None:
         raise CrammingError("train.progress=steps needs train.max_steps")
     if train.max_steps is not None and train.max_steps < 1:
         raise CrammingError(f"train.max_steps={train.max_steps} must be positive")
+    if cfg.impl.deterministic and train.progress != "steps":
+        raise CrammingError("impl.deterministic=true needs train.progress=steps (e.g. train=steps): a budget-driven "
+                            "schedule follows the wall clock, which no two runs share")
     check_lr_schedule(train.lr_schedule)
     if train.batch_size < 1 or not 0 <= train.batch_ramp_fraction <= 1:
         raise CrammingError("train.batch_size must be positive and train.batch_ramp_fraction in [0, 1]")

@@ -52,7 +52,7 @@ def peak_memory_gb(device: torch.device) -> float:
 def build_summary(*, records: list[dict], stop_reason: str, progress: dict, budget_hours: float,
                   wall_budget: float, session_training_s: float, session_wall_s: float,
                   first_steps: list[tuple[float, int]], peak_memory: float, energy_wh: float | None,
-                  flops_per_token: float, peak_tflops: float | None, microbatch: dict) -> dict:
+                  flops_per_token: float, peak_tflops: float | None, microbatch: dict, provenance: dict) -> dict:
     elapsed = progress["elapsed"]
     tokens_per_s = progress["tokens"] / elapsed if elapsed > 0 else None
     mfu = model_flops_utilization(tokens_per_s, flops_per_token, peak_tflops) if tokens_per_s else None
@@ -77,6 +77,7 @@ def build_summary(*, records: list[dict], stop_reason: str, progress: dict, budg
         "budget_gpu_hours": budget_hours,
         "budget_wall_s": round(wall_budget, 3),
         "budget_used_fraction": round(min(elapsed / wall_budget, 1.0), 4),
+        "provenance": provenance,  # code, packages, device, config hash, dataset (cramming.provenance)
     }
 
 

@@ -19,8 +19,9 @@ from cramming.data.stream import Microbatches, microbatch_stream
 from cramming.data.tokenizer import as_transformers_tokenizer, load_tokenizer
 from cramming.hardware import budget_seconds
 from cramming.model import build_mlm_model, training_flops_per_token
+from cramming.provenance import config_sha256, provenance
 from cramming.runs import FINAL, new_run_dir, resolve_checkpoint
-from cramming.runtime import build_optimizer, prepare_device
+from cramming.runtime import build_optimizer, deterministic_algorithms, prepare_device
 from cramming.train.callbacks import Callback, CallbackList
 from cramming.train.checkpoint import Checkpointer, load_state, restore, resume_fingerprint
 from cramming.train.clock import BudgetClock
@@ -48,7 +49,8 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
     check_train_config(cfg)
     dist = Distributed.from_env(device_type(cfg))
     try:
-        return _pretrain(cfg, dist, list(callbacks))
+        with deterministic_algorithms(cfg.impl.deterministic):
+            return _pretrain(cfg, dist, list(callbacks))
     finally:
         dist.close()
 
@@ -84,6 +86,8 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     run_dir = Path(dist.broadcast(str(run_dir) if run_dir else None))
     if dist.is_main:
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    run_provenance = {**provenance(settings.device), "dataset": dataset.path.name,
+                      "config_sha256": config_sha256(OmegaConf.to_container(cfg, resolve=True))}
 
     wall_budget = budget_seconds(cfg.budget, cfg.budget_scaling, settings.profile, device_profile(settings))
     wall_budget /= dist.world_size  # GPU-hours: N GPUs get 1/N of the wall time
@@ -111,7 +115,8 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     recorded = CallbackList([*techniques, *([logger] if logger else [])])  # their state rides in checkpoints
     if saved:
         recorded.load_state_dict(saved.get("callbacks", {}))
-    checkpointer = Checkpointer(cfg.checkpoint, tokenizer, scaler, fingerprint, recorded, dist.is_main)
+    checkpointer = Checkpointer(cfg.checkpoint, tokenizer, scaler, fingerprint, recorded, dist.is_main,
+                                run_provenance)
     callbacks = CallbackList([*recorded.callbacks, checkpointer])
     stopping = StoppingRule(cfg.train.progress, cfg.train.max_steps, clock)
     step = TrainStep(_network(model, settings, dist), scaler, settings.precision, dist, stream, callbacks,
@@ -131,7 +136,7 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
         finally:  # however training ended, leave its record (rank 0)
             if dist.is_main:
                 summary = _leave_record(cfg, state, logger, wandb, settings, stop_reason, flops_per_token,
-                                        time.perf_counter() - started, microbatch_source)
+                                        time.perf_counter() - started, microbatch_source, run_provenance)
         log.info("done: %d steps, %s tokens, %s of training, %d non-finite steps skipped; final checkpoint %s",
                  progress.step, f"{progress.tokens:,}", format_duration(progress.elapsed),
                  progress.nonfinite_total, run_dir / "checkpoints" / FINAL)
@@ -164,7 +169,8 @@ def _network(model: torch.nn.Module, settings: Settings, dist: Distributed) -> t
 
 
 def _leave_record(cfg, state: TrainState, logger: MetricsLogger, wandb: WandbLogger, settings: Settings,
-                  stop_reason: str, flops_per_token: float, session_wall_s: float, microbatch_source: str) -> dict:
+                  stop_reason: str, flops_per_token: float, session_wall_s: float, microbatch_source: str,
+                  run_provenance: dict) -> dict:
     """Stop the telemetry, then write summary.json and the plots and hand the summary to W&B."""
     energy = logger.sampler.energy_wh()
     logger.sampler.stop()
@@ -175,7 +181,7 @@ def _leave_record(cfg, state: TrainState, logger: MetricsLogger, wandb: WandbLog
         session_training_s=progress.elapsed - clock.elapsed_before, session_wall_s=session_wall_s,
         first_steps=logger.first_steps, peak_memory=peak_memory_gb(settings.device), energy_wh=energy,
         flops_per_token=flops_per_token, peak_tflops=settings.profile.peak_tflops,
-        microbatch={"size": settings.microbatch_size, "source": microbatch_source},
+        microbatch={"size": settings.microbatch_size, "source": microbatch_source}, provenance=run_provenance,
     )
     write_summary(run_dir / "summary.json", summary)
     plot_run(run_dir)

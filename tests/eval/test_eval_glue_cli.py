@@ -38,6 +38,8 @@ def test_eval_glue_runs_one_task_on_a_tiny_checkpoint(rte_checkpoint, tmp_path):
     assert results["tasks"]["rte"]["train_examples"] == 64
     assert results["tasks"]["rte"]["eval_examples"] == {"rte": 277}
     assert set(results["protocol_deviations"]) == {"epochs", "max_train_examples"}
+    assert results["provenance"]["packages"]["torch"] and results["provenance"]["device"]["type"] in ("cpu", "cuda")
+    assert results["checkpoint_provenance"] is None  # this checkpoint was saved without one (not by pretrain.py)
     report = (tmp_path / "glue_results.md").read_text()
     assert "| model | MNLI (m/mm) | SST-2 | STSB | RTE | QNLI | QQP | MRPC | CoLA | Average |" in report
     assert "- `max_train_examples`: 64 (protocol: None)" in report

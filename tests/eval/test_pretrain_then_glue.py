@@ -30,6 +30,7 @@ def test_pretraining_run_ends_with_a_glue_report(cache_dir, tmp_path):
     elapsed = torch.load(run_dir / "checkpoints/final/trainer_state.pt", weights_only=True)["progress"]["elapsed"]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["glue_score"] == results["glue_score"] and summary["stop_reason"] == "budget"
+    assert results["checkpoint_provenance"] == summary["provenance"]  # GLUE results know what pretrained
     (records_file,) = (run_dir / "wandb").glob("offline-run-*/*.wandb")
     assert b"glue/score" in records_file.read_bytes() and b"glue/rte/accuracy" in records_file.read_bytes()
     assert elapsed < 3.6 + 5.0  # the 3.6 s budget (plus at most one step); the GLUE stage is not on the clock

@@ -3,6 +3,7 @@ DDP, bad config; and what a run leaves behind (summary.json, plots, W&B offline 
 
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import torch
 from matplotlib.image import imread
 from safetensors.torch import load_file
 
+import cramming
 from cramming.errors import CrammingError
 from cramming.train.callbacks import Callback
 from cramming.train.trainer import pretrain as pretrain_in_process
@@ -102,6 +104,13 @@ def test_quickstart_leaves_summary_plots_and_a_wandb_run_and_two_runs_overlay(ca
     assert facts["mean_tokens_per_s"] == pytest.approx(facts["tokens"] / facts["training_s"], rel=1e-3)
     assert facts["outside_training_s"] > 0 and facts["peak_memory_gb"] > 0.05
     assert facts["mean_mfu"] is None and facts["energy_wh"] is None  # the cpu: no peak FLOP/s, no NVML
+    made_by = facts["provenance"]  # what produced the run, also in every checkpoint's config.json
+    assert made_by["cramming"] == cramming.__version__ and made_by["python"] == platform.python_version()
+    assert made_by["packages"]["torch"] == torch.__version__ and made_by["packages"]["transformers"]
+    assert made_by["git_commit"] is None or len(made_by["git_commit"]) == 40
+    assert made_by["device"]["type"] == "cpu" and made_by["device"]["name"]
+    assert made_by["dataset"].startswith("embedded-") and len(made_by["config_sha256"]) == 64
+    assert json.loads((run_dir / "checkpoints/final/config.json").read_text())["provenance"] == made_by
     assert all(r["cpu_util"] >= 0 and r["rss_gb"] > 0 for r in lines)  # telemetry rides along in each record
     panels = {"loss": 2, "schedules": 2, "throughput": 1, "hardware": 2}  # no MFU panel without a peak FLOP/s
     assert {path.stem: png_size(path) for path in (run_dir / "plots").glob("*.png")} == {

@@ -1,0 +1,49 @@
+"""Re-record the golden numbers in tests/golden/ on purpose, or check this machine against them:
+`python scripts/update_golden.py [--check]`. Commit a changed golden file with the reason in the message."""
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from cramming import golden
+from cramming.provenance import provenance
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+GOLDEN_DIR = CHECKOUT / "tests" / "golden"
+GLUE_DIR = CHECKOUT.parent / "shared" / "data" / "glue"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare with the stored numbers; write nothing")
+    parser.add_argument("--glue-dir", type=Path, default=GLUE_DIR, help="classic GLUE TSV directory (RTE)")
+    args = parser.parse_args(argv)
+    if not GOLDEN_DIR.is_dir():
+        sys.exit(f"error: {GOLDEN_DIR} not found: run this from a checkout of the repository")
+    if not (args.glue_dir / "RTE").is_dir():
+        sys.exit(f"error: --glue-dir {args.glue_dir} has no RTE/ folder (the GLUE golden run fine-tunes on RTE)")
+    torch.set_flush_denormal(True)
+    with tempfile.TemporaryDirectory() as workdir:
+        pretraining, checkpoint = golden.run_pretraining(Path(workdir))
+        glue = golden.run_glue_subset(checkpoint, args.glue_dir, Path(workdir))
+    recorded_with = provenance(torch.device("cpu"))
+    differences = []
+    for name, numbers in ((golden.PRETRAIN_FILE, pretraining), (golden.GLUE_FILE, glue)):
+        old = golden.read(GOLDEN_DIR, name) if (GOLDEN_DIR / name).exists() else {}
+        found = golden.mismatches(old, numbers) if old else ["no golden numbers yet"]
+        differences += found
+        for line in found:
+            print(f"{name}: {line}")
+        if not args.check:
+            golden.write(GOLDEN_DIR, name, numbers, recorded_with)
+    if args.check:
+        print("matches the golden numbers" if not differences else f"{len(differences)} differences")
+        sys.exit(1 if differences else 0)
+    print(f"wrote {GOLDEN_DIR / golden.PRETRAIN_FILE} and {GOLDEN_DIR / golden.GLUE_FILE}; review the diff")
+
+
+if __name__ == "__main__":
+    main()

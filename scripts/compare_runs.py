@@ -1,0 +1,10 @@
+"""What differs between two pretraining runs: config, code and packages, data, loss curves (the work:
+cramming.train.compare).
+
+    python scripts/compare_runs.py outputs/base/<timestamp> outputs/rerun/<timestamp> --out comparison.png
+"""
+
+from cramming.cli.compare_runs import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""scripts/compare_runs.py on two real runs: the config key and the package version that differ, the
+data, the curves side by side; a directory that is not a run is a one-line error."""
+
+import json
+import subprocess
+import sys
+
+import torch
+
+from cramming.train.trainer import pretrain
+from tests.conftest import REPO_ROOT
+from tests.train.runs import STEP_RUN, compose_config
+
+COMMAND = [sys.executable, str(REPO_ROOT / "scripts" / "compare_runs.py")]
+
+
+def test_two_runs_differing_in_one_key_and_one_package(cache_dir, tmp_path):
+    base = STEP_RUN + ["train.max_steps=3"]
+    run_a = pretrain(compose_config(base + [f"output_dir={tmp_path / 'a'}"]))
+    run_b = pretrain(compose_config(base + [f"output_dir={tmp_path / 'b'}", "train.optim.lr=5e-4"]))
+    summary = json.loads((run_b / "summary.json").read_text())
+    summary["provenance"]["packages"]["torch"] = "2.12.0"  # as if B had run in an older environment
+    (run_b / "summary.json").write_text(json.dumps(summary))
+
+    shown = subprocess.run([*COMMAND, str(run_a), str(run_b), "--out", str(tmp_path / "both.png")],
+                           capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert "config: 1 key(s) differ" in lines and "  train.optim.lr: 0.001 | 0.0005" in lines
+    assert "code and environment: 1 difference(s)" in lines
+    assert f"  packages.torch: {torch.__version__} | 2.12.0" in lines
+    assert any(line.startswith("data: embedded-") and line.endswith("(the same)") for line in lines)
+    curve = lines[lines.index("loss by step: A | B (B - A)") + 1:][:3]
+    assert [line.split(":")[0].strip() for line in curve] == ["1", "2", "3"]
+    assert (tmp_path / "both.png").is_file()
+
+
+def test_a_directory_that_is_not_a_run_is_one_line(tmp_path):
+    shown = subprocess.run([*COMMAND, str(tmp_path), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 2 and "Traceback" not in shown.stderr
+    assert shown.stderr.strip() == f"error: {tmp_path}: no config.yaml; is it a pretraining run directory?"

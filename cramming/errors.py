@@ -1,6 +1,13 @@
-"""User-facing errors: bad input or bad config ends in one line, never a traceback."""
+"""User-facing errors: bad input or bad config ends in one line, never a traceback.
+
+Every command has one boundary, `exit_on_user_error`: a CrammingError (our checks), a required key left
+unset, an operating-system error on a path (a file where a directory belongs, no permission, a full
+disk) or Ctrl-C becomes `error: <one line>` on stderr and a non-zero exit. CRAMMING_DEBUG=1 shows the
+traceback instead.
+"""
 
 import functools
+import os
 import sys
 
 from omegaconf.errors import MissingMandatoryValue
@@ -9,19 +16,37 @@ from omegaconf.errors import MissingMandatoryValue
 class CrammingError(Exception):
     """A problem the user can fix (a missing file, a bad setting); printed as one line."""
 
+    exit_code = 2
+    label = "error"  # the word that starts the line
+
+
+def describe_os_error(error: OSError) -> str:
+    where = f" {error.filename}" if error.filename else ""
+    return f"cannot use{where}: {error.strerror or error}"
+
+
+def fail(message: str, exit_code: int = 2, label: str = "error"):
+    """Print `<label>: <message>` as one line and exit."""
+    print(f"{label}: " + " ".join(str(message).split()), file=sys.stderr)
+    sys.exit(exit_code)
+
 
 def exit_on_user_error(task):
-    """Wrap a Hydra task so a CrammingError, or a required key left unset, prints one line and exits with 2."""
+    """Wrap a command so a user's problem prints one line and exits non-zero (see the module docstring)."""
 
     @functools.wraps(task)
     def wrapper(*args, **kwargs):
         try:
             return task(*args, **kwargs)
-        except CrammingError as error:
-            print(f"error: {error}", file=sys.stderr)
-            sys.exit(2)
-        except MissingMandatoryValue as error:
-            print(f"error: {error.full_key} is required: add {error.full_key}=... to the command", file=sys.stderr)
-            sys.exit(2)
+        except (CrammingError, MissingMandatoryValue, OSError, KeyboardInterrupt) as error:
+            if os.environ.get("CRAMMING_DEBUG"):
+                raise
+            if isinstance(error, CrammingError):
+                fail(str(error), error.exit_code, error.label)
+            if isinstance(error, MissingMandatoryValue):
+                fail(f"{error.full_key} is required: add {error.full_key}=... to the command")
+            if isinstance(error, OSError):
+                fail(describe_os_error(error))
+            fail("stopped before it finished", 130, "interrupted")
 
     return wrapper

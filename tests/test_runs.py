@@ -47,6 +47,12 @@ def test_latest_is_the_run_that_wrote_its_checkpoint_last(tmp_path):
     assert resolve_checkpoint(str(outputs / "a"), outputs, key="ckpt") == earlier  # a directory of runs
 
 
+def test_latest_skips_a_newer_run_with_only_a_checkpoint_being_written(tmp_path):
+    complete = checkpoint(tmp_path / "a" / "2024-01-01_00-00-00" / "checkpoints" / "step-00000004", age=0)
+    partial = checkpoint(tmp_path / "a" / "2024-01-02_00-00-00" / "checkpoints" / ".step-00000001.tmp", age=100)
+    assert partial.exists() and resolve_checkpoint("latest", tmp_path, key="ckpt") == complete
+
+
 def test_resume_needs_the_trainer_state(tmp_path):
     run = tmp_path / "exp" / "2026-01-01_00-00-00"
     with_state = checkpoint(run / "checkpoints" / "step-00000005")

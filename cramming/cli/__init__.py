@@ -1,7 +1,16 @@
 """The commands: each module is one entry point (`python pretrain.py`, `cramming-pretrain`, ...) and holds
-only its Hydra wrapper; the work is done in the library. Helpers shared by them live here."""
+only its wiring; the work is done in the library. `hydra_command` gives every Hydra command the same
+front: glob overrides quoted, overrides checked (one line naming a bad key, choice or value), then
+Hydra, with `exit_on_user_error` as the one error boundary."""
 
+import functools
 import sys
+
+import hydra
+
+from cramming import CONFIG_DIR
+from cramming.cli.overrides import check_overrides, split_arguments
+from cramming.errors import exit_on_user_error
 
 PATH_KEYS = ("data.files",)
 
@@ -17,3 +26,25 @@ def quote_path_overrides(argv: list[str] | None = None, keys: tuple[str, ...] = 
         key, sep, value = argument.partition("=")
         if sep and key.lstrip("+~") in keys and value and value[0] not in "'\"[":
             argv[index] = f"{key}='{value}'" if "'" not in value else f'{key}="{value}"'
+
+
+def hydra_command(config_name: str, schema: type, directories: tuple[str, ...] = (),
+                  path_keys: tuple[str, ...] = PATH_KEYS):
+    """Make `task(cfg)` a command: `main()` reads sys.argv like Hydra, after the checks above (the
+    `directories` keys must name directories the command can create or write into)."""
+
+    def decorate(task):
+        run = hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name=config_name)(
+            exit_on_user_error(task))
+
+        @functools.wraps(task)
+        def main() -> None:
+            quote_path_overrides(keys=path_keys)
+            name, overrides = split_arguments(sys.argv[1:], config_name)
+            if "--help" not in sys.argv and "-h" not in sys.argv:
+                exit_on_user_error(check_overrides)(name, overrides, schema, directories)
+            run()
+
+        return main
+
+    return decorate

@@ -5,15 +5,11 @@
     python scripts/benchmark.py benchmark.dtype=bf16 benchmark.compile=true benchmark.batch_size=128
 """
 
-import hydra
-
-from cramming import CONFIG_DIR
 from cramming.bench.benchmark import BenchmarkConfig, run_benchmark  # registers the config schema
-from cramming.errors import exit_on_user_error
+from cramming.cli import hydra_command
 
 
-@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="benchmark")
-@exit_on_user_error
+@hydra_command("benchmark", BenchmarkConfig, directories=("benchmark.output_dir",))
 def main(cfg: BenchmarkConfig) -> None:
     run_benchmark(cfg)
 

@@ -5,17 +5,14 @@
     python eval_glue.py ckpt=latest eval.tasks=[rte,mrpc] eval.data_dir=../shared/data/glue
 """
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 
-from cramming import CONFIG_DIR
-from cramming.errors import exit_on_user_error
+from cramming.cli import hydra_command
 from cramming.eval.config import EvalGlueConfig  # registers the config schemas
 from cramming.runs import resolve_checkpoint
 
 
-@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="eval_glue")
-@exit_on_user_error  # inside hydra.main, which would otherwise print the error with a traceback
+@hydra_command("eval_glue", EvalGlueConfig, directories=("output_dir",))
 def main(cfg: EvalGlueConfig) -> None:
     from cramming.eval.run import run_glue
 

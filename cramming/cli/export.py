@@ -9,12 +9,10 @@ crammed-bert ones load with AutoModelForMaskedLM.from_pretrained(out, trust_remo
 
 from dataclasses import dataclass
 
-import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from cramming import CONFIG_DIR
-from cramming.errors import exit_on_user_error
+from cramming.cli import hydra_command
 from cramming.runs import resolve_checkpoint
 
 
@@ -28,8 +26,7 @@ class ExportConfig:
 ConfigStore.instance().store(name="export_schema", node=ExportConfig)
 
 
-@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="export")
-@exit_on_user_error
+@hydra_command("export", ExportConfig, directories=("out",))
 def main(cfg: ExportConfig) -> None:
     from cramming.model.export import export_to_transformers
 

@@ -8,24 +8,19 @@ Each argument is a run directory (the one holding metrics.jsonl).
 """
 
 import argparse
-import sys
 from pathlib import Path
 
-from cramming.errors import CrammingError
+from cramming.errors import exit_on_user_error
 from cramming.train.plots import plot_comparison
 
 
+@exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run directories (each with a metrics.jsonl)")
     parser.add_argument("--out", type=Path, default=Path("loss_comparison.png"), help="the PNG to write")
     args = parser.parse_args(argv)
-    try:
-        path = plot_comparison(args.runs, args.out)
-    except CrammingError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
-    print(f"wrote {path}")
+    print(f"wrote {plot_comparison(args.runs, args.out)}")
 
 
 if __name__ == "__main__":

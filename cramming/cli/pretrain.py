@@ -6,25 +6,15 @@
     python pretrain.py resume=latest                              # continue the newest run exactly
 """
 
-import hydra
-
-from cramming import CONFIG_DIR
-from cramming.cli import quote_path_overrides
-from cramming.errors import exit_on_user_error
+from cramming.cli import hydra_command
 from cramming.train.config import PretrainConfig  # registers the config schemas
 
 
-@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="pretrain")
-@exit_on_user_error
-def _pretrain(cfg: PretrainConfig) -> None:
+@hydra_command("pretrain", PretrainConfig, directories=("output_dir", "cache_dir"))
+def main(cfg: PretrainConfig) -> None:
     from cramming.train.trainer import pretrain
 
     pretrain(cfg)
-
-
-def main() -> None:
-    quote_path_overrides()
-    _pretrain()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from cramming import golden
+from cramming.errors import CrammingError, exit_on_user_error
 from cramming.provenance import provenance
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -16,15 +17,16 @@ GOLDEN_DIR = CHECKOUT / "tests" / "golden"
 GLUE_DIR = CHECKOUT.parent / "shared" / "data" / "glue"
 
 
+@exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare with the stored numbers; write nothing")
     parser.add_argument("--glue-dir", type=Path, default=GLUE_DIR, help="classic GLUE TSV directory (RTE)")
     args = parser.parse_args(argv)
     if not GOLDEN_DIR.is_dir():
-        sys.exit(f"error: {GOLDEN_DIR} not found: run this from a checkout of the repository")
+        raise CrammingError(f"{GOLDEN_DIR} not found: run this from a checkout of the repository")
     if not (args.glue_dir / "RTE").is_dir():
-        sys.exit(f"error: --glue-dir {args.glue_dir} has no RTE/ folder (the GLUE golden run fine-tunes on RTE)")
+        raise CrammingError(f"--glue-dir {args.glue_dir} has no RTE/ folder (the GLUE golden run fine-tunes on RTE)")
     torch.set_flush_denormal(True)
     with tempfile.TemporaryDirectory() as workdir:
         pretraining, checkpoint = golden.run_pretraining(Path(workdir))

@@ -26,27 +26,66 @@ from tqdm import tqdm
 from cramming.data import store
 from cramming.data.config import DataConfig
 from cramming.data.filters import DocumentFilter
-from cramming.data.ordering import row_order
+from cramming.data.ordering import ORDERINGS, row_order
 from cramming.data.packing import RowWriter, TextBatch, documents_to_stream
-from cramming.data.sources import Document, Source
-from cramming.data.tokenizer import train_tokenizer
+from cramming.data.sources import SAMPLE_BY, SOURCES, Document, Source
+from cramming.data.tokenizer import MAX_VOCAB_SIZE, SPECIAL_TOKENS, TOKENIZER_KINDS, train_tokenizer
 from cramming.errors import CrammingError
 
 log = logging.getLogger(__name__)
 ENCODES_IN_FLIGHT = 2
 
 
-def prepare_dataset(cfg: DataConfig, cache_dir: str) -> tuple[store.PreparedDataset, bool]:
-    """Return the prepared dataset for `cfg`, building it unless the cache has it (second value: reused)."""
-    if cfg.seq_length < 2:
-        raise CrammingError(f"data.seq_length={cfg.seq_length} must be at least 2")
-    if cfg.batch_mb <= 0:
-        raise CrammingError(f"data.batch_mb={cfg.batch_mb} must be positive")
+def check_data_config(cfg: DataConfig) -> None:
+    """Every value in its domain, before any text is read: one line naming the first that is not."""
+    tokenizer, filters = cfg.tokenizer, cfg.filter
+    rules = [
+        (cfg.source in SOURCES, f"data.source={cfg.source!r} is unknown; choose one of {', '.join(SOURCES)}"),
+        (cfg.source != "local" or cfg.files not in (None, "???", "", []),
+         "data=local needs data.files=<a file, a glob, or a list of them>"),
+        (cfg.sample_by in SAMPLE_BY, f"data.sample_by={cfg.sample_by!r} is unknown; choose one of {', '.join(SAMPLE_BY)}"),
+        (cfg.ordering in ORDERINGS, f"data.ordering={cfg.ordering!r} is unknown; choose one of {', '.join(ORDERINGS)}"),
+        (tokenizer.kind in TOKENIZER_KINDS,
+         f"data.tokenizer.kind={tokenizer.kind!r} is unknown; choose one of {', '.join(TOKENIZER_KINDS)}"),
+        (len(SPECIAL_TOKENS) < tokenizer.vocab_size <= MAX_VOCAB_SIZE,
+         f"data.tokenizer.vocab_size={tokenizer.vocab_size} must be between {len(SPECIAL_TOKENS) + 1} and "
+         f"{MAX_VOCAB_SIZE} (rows are stored as uint16)"),
+        (tokenizer.min_frequency >= 1, f"data.tokenizer.min_frequency={tokenizer.min_frequency} must be at least 1"),
+        (tokenizer.train_sample_mb > 0, f"data.tokenizer.train_sample_mb={tokenizer.train_sample_mb} must be positive"),
+        (cfg.seq_length >= 2, f"data.seq_length={cfg.seq_length} must be at least 2"),
+        (cfg.batch_mb > 0, f"data.batch_mb={cfg.batch_mb} must be positive"),
+        (cfg.max_doc_chars >= 1, f"data.max_doc_chars={cfg.max_doc_chars} must be at least 1"),
+        (cfg.max_documents is None or cfg.max_documents >= 1,
+         f"data.max_documents={cfg.max_documents} must be null or at least 1"),
+        (filters.min_chars >= 0, f"data.filter.min_chars={filters.min_chars} must not be negative"),
+        (filters.trash_cutoff is None or filters.trash_cutoff > 0,
+         f"data.filter.trash_cutoff={filters.trash_cutoff} must be null or positive"),
+        (0 <= filters.max_bad_char_fraction <= 1,
+         f"data.filter.max_bad_char_fraction={filters.max_bad_char_fraction} must be in [0, 1]"),
+    ]
+    for ok, problem in rules:
+        if not ok:
+            raise CrammingError(problem)
+
+
+VERIFIED: set[Path] = set()  # cached datasets whose hashes this process has checked
+
+
+def prepare_dataset(cfg: DataConfig, cache_dir: str, verify: bool = True) -> tuple[store.PreparedDataset, bool]:
+    """Return the prepared dataset for `cfg`, building it unless the cache has it (second value: reused).
+
+    A cached dataset is checked before it is trusted: sizes always, hashes the first time this process
+    reuses it (verify=False skips them, for a process whose peer has just checked). A damaged one is
+    rebuilt, and the log says so in one line.
+    """
+    check_data_config(cfg)
     source = Source.from_config(cfg)
     final_dir = store.dataset_dir(cache_dir, cfg, store.cache_key(cfg, source.fingerprint()))
     if (final_dir / store.META_FILE).exists():
         try:
-            return store.PreparedDataset.open(final_dir), True
+            dataset = store.PreparedDataset.open(final_dir, verify_hashes=verify and final_dir not in VERIFIED)
+            VERIFIED.add(final_dir)
+            return dataset, True
         except CrammingError as problem:
             log.warning("%s; rebuilding it", problem)
             shutil.rmtree(final_dir)
@@ -61,6 +100,7 @@ def prepare_dataset(cfg: DataConfig, cache_dir: str) -> tuple[store.PreparedData
         store.publish(tmp, final_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    VERIFIED.add(final_dir)  # just written, hashes and all
     return store.PreparedDataset.open(final_dir), False
 
 
@@ -71,9 +111,8 @@ def _capped(documents: Iterable[Document], max_documents: int | None) -> Iterato
         yield document
 
 
-def _tokenizer_sample(cfg: DataConfig, source: Source) -> Iterator[str]:
+def _tokenizer_sample(cfg: DataConfig, source: Source, sample_filter: DocumentFilter) -> Iterator[str]:
     """Lines of the first `train_sample_mb` of text that passes the tokenizer-free filters."""
-    sample_filter = DocumentFilter(cfg.filter, cfg.max_doc_chars)
     budget = cfg.tokenizer.train_sample_mb * 1e6
     for document in _capped(source.documents(), cfg.max_documents):
         for part in sample_filter(document):
@@ -139,7 +178,11 @@ def _build(cfg: DataConfig, source: Source, out: Path) -> dict:
     started = time.perf_counter()
     log.info("training a %s tokenizer (vocabulary %d) on up to %.0f MB of text",
              cfg.tokenizer.kind, cfg.tokenizer.vocab_size, cfg.tokenizer.train_sample_mb)
-    tokenizer = train_tokenizer(_tokenizer_sample(cfg, source), cfg.tokenizer, cfg.normalize)
+    sample_filter = DocumentFilter(cfg.filter, cfg.max_doc_chars)
+    sample = list(_tokenizer_sample(cfg, source, sample_filter))
+    if not sample:  # say so now, not as a vocabulary the empty sample cannot support
+        raise CrammingError(f"no documents left after filtering ({_dropped_summary(sample_filter.counts)})")
+    tokenizer = train_tokenizer(sample, cfg.tokenizer, cfg.normalize)
     tokenizer.save(str(out / store.TOKENIZER_FILE))
     tokenizer_seconds = time.perf_counter() - started
 
@@ -208,6 +251,7 @@ def _build(cfg: DataConfig, source: Source, out: Path) -> dict:
         "sha256": {
             name: store.file_sha256(out / name) for name in (store.ROWS_FILE, store.ORDER_FILE, store.TOKENIZER_FILE)
         },
+        "bytes": {name: (out / name).stat().st_size for name in (store.ROWS_FILE, store.ORDER_FILE, store.TOKENIZER_FILE)},
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 

@@ -56,21 +56,33 @@ class PreparedDataset:
     meta: dict
 
     @classmethod
-    def open(cls, path: str | Path) -> "PreparedDataset":
-        """Open a complete dataset directory; raise CrammingError if it is missing, partial or stale."""
+    def open(cls, path: str | Path, verify_hashes: bool = False) -> "PreparedDataset":
+        """Open a complete dataset directory; CrammingError if it is missing, partial, stale or damaged.
+
+        Sizes are checked on every open; with verify_hashes, every file's SHA-256 against meta.json too.
+        """
         path = Path(path)
         try:
             meta = json.loads((path / META_FILE).read_text())
         except FileNotFoundError:
             raise CrammingError(f"no prepared dataset at {path} (meta.json missing)") from None
-        except json.JSONDecodeError as error:
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise CrammingError(f"{path / META_FILE} is corrupt: {error}") from None
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise CrammingError(f"{path} has format {meta.get('format_version')}, expected {FORMAT_VERSION}")
-        expected = meta["num_rows"] * meta["seq_length"] * 2
-        actual = (path / ROWS_FILE).stat().st_size if (path / ROWS_FILE).exists() else -1
-        if actual != expected:
-            raise CrammingError(f"{path / ROWS_FILE} has {actual} bytes, expected {expected}: the dataset is damaged")
+        if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+            found = meta.get("format_version") if isinstance(meta, dict) else None
+            raise CrammingError(f"{path} has format {found}, expected {FORMAT_VERSION}")
+        sizes = {**meta.get("bytes", {}), ROWS_FILE: meta["num_rows"] * meta["seq_length"] * 2}
+        for name in (ROWS_FILE, ORDER_FILE, TOKENIZER_FILE):
+            if not (path / name).is_file():
+                raise CrammingError(f"{path / name} is missing: the dataset is damaged")
+            size = (path / name).stat().st_size
+            if name in sizes and size != sizes[name]:
+                raise CrammingError(f"{path / name} has {size} bytes, expected {sizes[name]}: the dataset is damaged")
+        if verify_hashes:
+            for name, recorded in meta["sha256"].items():
+                if file_sha256(path / name) != recorded:
+                    raise CrammingError(f"{path / name} does not match the SHA-256 recorded when it was prepared: "
+                                        "the dataset was changed or damaged")
         return cls(path, meta)
 
     @property

@@ -3,6 +3,7 @@
 at microbatch g continues the stream exactly, with no replay and no skip."""
 
 import itertools
+import signal
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -28,6 +29,13 @@ class Microbatches(Dataset):
         return self.collate(self.rows.batch(start, self.microbatch_size))
 
 
+def ignore_signals_in_worker(worker_id: int) -> None:
+    """A loader worker leaves Ctrl-C and SIGTERM to the training process, which may still need batches to
+    finish its step before it stops; the workers end when the training process closes them."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+
+
 def microbatch_stream(microbatches: Microbatches, start: int, num_workers: int, pin_memory: bool):
     """An endless iterator of microbatches from global microbatch `start` on, built ahead by workers."""
     loader = DataLoader(
@@ -38,5 +46,6 @@ def microbatch_stream(microbatches: Microbatches, start: int, num_workers: int, 
         pin_memory=pin_memory,
         prefetch_factor=4 if num_workers else None,
         persistent_workers=num_workers > 0,
+        worker_init_fn=ignore_signals_in_worker if num_workers else None,
     )
     return iter(loader)

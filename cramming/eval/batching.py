@@ -18,6 +18,7 @@ BUCKET_BATCHES = 50  # length bucketing sorts within windows of this many batche
 class EncodedSplit:
     input_ids: list[list[int]]  # [CLS] a [SEP] b [SEP], truncated, unpadded
     labels: torch.Tensor  # (N,) int64 class ids, or float32 scores for regression
+    source: str = ""  # the file or hub split it came from, for messages
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -28,7 +29,7 @@ def encode_split(
 ) -> EncodedSplit:
     encoded = tokenizer(split.text_a, split.text_b, truncation=True, max_length=max_length)
     labels = torch.tensor(split.labels, dtype=torch.float32 if regression else torch.int64)
-    return EncodedSplit(encoded["input_ids"], labels)
+    return EncodedSplit(encoded["input_ids"], labels, split.source)
 
 
 def subset(split: EncodedSplit, count: int, seed: int = 0) -> EncodedSplit:
@@ -36,7 +37,7 @@ def subset(split: EncodedSplit, count: int, seed: int = 0) -> EncodedSplit:
     if count >= len(split):
         return split
     chosen = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))[:count].sort().values
-    return EncodedSplit([split.input_ids[i] for i in chosen.tolist()], split.labels[chosen])
+    return EncodedSplit([split.input_ids[i] for i in chosen.tolist()], split.labels[chosen], split.source)
 
 
 def training_batches(

@@ -6,6 +6,7 @@ and on "\\n" only, so every file yields exactly its official number of rows.
 """
 
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
@@ -167,6 +168,8 @@ def read_tsv_split(path: Path, task: GlueTask, max_malformed_fraction: float) ->
         raise CrammingError(f"{path}: not valid UTF-8 ({error.reason} at byte {error.start})") from None
 
     rows = len(labels) + len(malformed)
+    if rows == 0:
+        raise CrammingError(f"{path}: no examples (only a header, or an empty file)")
     tolerated = int(max_malformed_fraction * rows)
     if len(malformed) > tolerated:
         raise CrammingError(
@@ -200,7 +203,10 @@ def _row_problem(fields: list[str], header: tuple[str, ...], task: GlueTask) -> 
 
 def _parse_label(text: str, task: GlueTask) -> Union[int, float]:
     if task.tsv_labels is None:
-        return float(text)
+        score = float(text)
+        if not math.isfinite(score):  # "nan" and "inf" parse as floats
+            raise ValueError(text)
+        return score
     if text not in task.tsv_labels:
         raise ValueError(text)
     return task.tsv_labels.index(text)
@@ -216,12 +222,14 @@ def load_hub_split(task: GlueTask, split: str) -> GlueSplit:
         first_line = (str(error).strip().splitlines() or [""])[0]
         raise GlueDataMissing(f"{HUB_PATH}/{task.name} split {split}: {type(error).__name__}: {first_line}")
     first, second = task.hub_text_columns
-    return GlueSplit(
-        text_a=list(dataset[first]),
-        text_b=list(dataset[second]) if second else None,
-        labels=list(dataset["label"]),
-        source=f"{HUB_PATH}/{task.name}:{split}",
-    )
+    source = f"{HUB_PATH}/{task.name}:{split}"
+    labels = list(dataset["label"])
+    if not labels:
+        raise CrammingError(f"{source}: no examples")
+    if not all(math.isfinite(label) for label in labels):
+        raise CrammingError(f"{source}: some labels are not finite numbers")
+    return GlueSplit(text_a=list(dataset[first]), text_b=list(dataset[second]) if second else None, labels=labels,
+                     source=source)
 
 
 def load_task(task: GlueTask, data_dir: Optional[str], max_malformed_fraction: float) -> GlueTaskData:

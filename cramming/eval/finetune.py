@@ -6,6 +6,7 @@ import time
 
 import torch
 
+from cramming.errors import CrammingError
 from cramming.eval import metrics
 from cramming.eval.batching import EncodedSplit, collate, evaluation_batches, training_batches
 from cramming.eval.config import GlueConfig
@@ -88,6 +89,9 @@ def evaluate(
         outputs.append(logits.float().cpu())
     in_split_order = torch.empty_like(torch.cat(outputs))
     in_split_order[torch.tensor(order)] = torch.cat(outputs)
+    if not torch.isfinite(in_split_order).all():
+        raise CrammingError(f"{name}: the model's outputs on {split.source or 'its evaluation split'} are not finite "
+                            "(the fine-tuning diverged); no score is reported")
     return metrics.score(name, in_split_order.numpy(), split.labels.numpy())
 
 

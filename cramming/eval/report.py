@@ -20,7 +20,7 @@ COLUMNS = ("MNLI (m/mm)", "SST-2", "STSB", "RTE", "QNLI", "QQP", "MRPC", "CoLA",
 
 def write_reports(results: dict, output_dir: Path) -> None:
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "glue_results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (output_dir / "glue_results.json").write_text(json.dumps(results, indent=2, allow_nan=False) + "\n")  # strict JSON
     (output_dir / "glue_results.md").write_text(markdown_report(results))
 
 

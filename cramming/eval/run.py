@@ -2,6 +2,7 @@
 
 import dataclasses
 import logging
+import math
 import statistics
 import time
 from pathlib import Path
@@ -83,8 +84,14 @@ def _check(cfg: GlueConfig) -> list[GlueTask]:
         raise CrammingError(f"eval.tasks lists a task twice: {cfg.tasks}")
     if not cfg.seeds:
         raise CrammingError("eval.seeds is empty; give at least one seed")
-    if len(cfg.betas) != 2:
-        raise CrammingError(f"eval.betas needs two numbers, got {cfg.betas}")
+    if len(cfg.betas) != 2 or not all(0 <= beta < 1 for beta in cfg.betas):
+        raise CrammingError(f"eval.betas={list(cfg.betas)} must be two numbers in [0, 1)")
+    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
+        raise CrammingError(f"eval.lr={cfg.lr} must be positive and finite")
+    if not cfg.eps > 0 or cfg.weight_decay < 0:
+        raise CrammingError(f"eval.eps={cfg.eps} must be positive and eval.weight_decay={cfg.weight_decay} not negative")
+    if not 0 <= cfg.dropout < 1:
+        raise CrammingError(f"eval.dropout={cfg.dropout} must be in [0, 1)")
     for key in ("batch_size", "eval_batch_size", "epochs", "max_length"):
         if getattr(cfg, key) < 1:
             raise CrammingError(f"eval.{key} must be at least 1, got {getattr(cfg, key)}")

@@ -79,7 +79,7 @@ def load_pretrained(directory: str | os.PathLike) -> tuple[nn.Module, "PreTraine
         model = CrammedForMaskedLM(cfg, meta["vocab_size"])
     else:
         model = CrammedForSequenceClassification(cfg, meta["vocab_size"], meta["num_labels"])
-    _load_weights(model, read_weights(directory), directory)
+    load_weights(model, read_weights(directory), directory)
     return model.eval(), read_tokenizer(directory)
 
 
@@ -92,7 +92,7 @@ def build_classifier_from_pretrained(
     cfg = as_model_config(dataclasses.replace(cfg, dropout=dropout))
     model = build_classifier(cfg, meta["vocab_size"], num_labels)
     encoder = {k: v for k, v in read_weights(directory).items() if k.startswith("bert.")}
-    _load_weights(model.bert, {k.removeprefix("bert."): v for k, v in encoder.items()}, directory)
+    load_weights(model.bert, {k.removeprefix("bert."): v for k, v in encoder.items()}, directory)
     return model, read_tokenizer(directory)
 
 
@@ -124,13 +124,25 @@ def read_config(directory: str | os.PathLike) -> tuple[dict, ModelConfig]:
 
 
 def read_weights(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The weights of a checkpoint; refused if any is NaN or infinite (a diverged run's), whoever asks."""
     path = Path(directory) / WEIGHTS_NAME
     if not path.is_file():
         raise CrammingError(f"{path} is missing")
     try:
-        return load_file(path)
+        weights = load_file(path)
     except (SafetensorError, OSError) as error:
         raise CrammingError(f"{path} is corrupt or unreadable ({error})") from None
+    bad = non_finite(weights)
+    if bad:
+        raise CrammingError(f"{path} holds non-finite weights ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}): "
+                            "the run diverged before it was written; use an earlier checkpoint")
+    return weights
+
+
+def non_finite(tensors: dict[str, torch.Tensor]) -> list[str]:
+    """The names of the floating-point tensors that hold a NaN or an infinity."""
+    return [name for name, tensor in tensors.items()
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
 
 
 def read_tokenizer(directory: str | os.PathLike) -> "PreTrainedTokenizerFast":
@@ -146,9 +158,10 @@ def read_tokenizer(directory: str | os.PathLike) -> "PreTrainedTokenizerFast":
         raise CrammingError(" ".join(message.split())) from None
 
 
-def _load_weights(module: nn.Module, state: dict[str, torch.Tensor], directory) -> None:
+def load_weights(module: nn.Module, state: dict[str, torch.Tensor], directory) -> None:
+    """Into `module`, or one line saying how the checkpoint's weights do not fit it."""
     try:
         module.load_state_dict(state, strict=True)
     except RuntimeError as error:
         summary = " ".join(str(error).split())[:300]
-        raise CrammingError(f"weights in {directory} do not match its config.json: {summary}") from None
+        raise CrammingError(f"the weights in {directory} do not fit the model they are loaded into: {summary}") from None

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification
 
+from ..data.tokenizer import as_transformers_tokenizer
 from ..errors import CrammingError
 from . import configuration_crammed_bert, crammed_bert, modeling_crammed_bert
 from .checkpoint import load_pretrained
@@ -28,6 +29,9 @@ def export_to_transformers(directory_in: str | os.PathLike, directory_out: str |
     if Path(directory_out).resolve() == Path(directory_in).resolve():
         raise CrammingError(f"export into the checkpoint directory itself ({directory_in}): choose another")
     model, tokenizer = load_pretrained(directory_in)
+    # Our tokenizer rebuilt from its tokenizer.json alone: whatever else the checkpoint's tokenizer files say
+    # (an auto_map to someone's remote code, say) is not carried into the export.
+    tokenizer = as_transformers_tokenizer(tokenizer.backend_tokenizer, tokenizer.model_max_length)
     if is_bert_layout(model.config):
         _as_native_bert(model).save_pretrained(directory_out)
     else:

@@ -6,9 +6,13 @@ fingerprint of the settings a resume must match), loaded with `torch.load(weight
 ever unpickled.
 """
 
+import copy
 import dataclasses
+import logging
 import os
+import pickle
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
@@ -16,18 +20,23 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from cramming.errors import CrammingError
-from cramming.model.checkpoint import read_weights, save_pretrained
+from cramming.model.checkpoint import load_weights, non_finite, read_weights, save_pretrained
 from cramming.runs import FINAL, STATE_FILE, step_name
 from cramming.train.callbacks import Callback, CallbackList
+from cramming.train.compare import differences
 from cramming.train.plots import plot_run
 from cramming.train.state import Progress, TrainState
 
+log = logging.getLogger("pretrain")
 RESUME_MUST_MATCH = ("arch", "data", "train")
+# What a resume may change: the way out of a diverged run is its last good checkpoint with a lower lr.
+RESUME_MAY_CHANGE = (("train", "optim", "lr"), ("train", "max_nonfinite_steps"))
 
 
 def save_checkpoint(run_dir: Path, name: str, model: nn.Module, tokenizer, state: dict, keep_last: int,
-                    provenance: dict | None = None) -> Path:
-    """Write into a temporary directory, then rename it into place; prune old step checkpoints."""
+                    provenance: dict | None = None, pinned: list[Path] = ()) -> Path:
+    """Write into a temporary directory, then rename it into place; prune old step checkpoints (all but
+    the newest `keep_last` and the `pinned` ones)."""
     root = run_dir / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     target, tmp, old = root / name, root / f".{name}.tmp", root / f".{name}.old"
@@ -41,15 +50,38 @@ def save_checkpoint(run_dir: Path, name: str, model: nn.Module, tokenizer, state
     shutil.rmtree(old, ignore_errors=True)
     steps = sorted(root.glob("step-*"))
     for stale in steps[:-keep_last] if keep_last > 0 else steps:
-        shutil.rmtree(stale, ignore_errors=True)
+        if stale not in pinned:
+            shutil.rmtree(stale, ignore_errors=True)
     return target
 
 
+STATE_KEYS = {"progress", "optimizer", "scaler", "rng", "callbacks", "fingerprint"}
+REQUIRED_PROGRESS = {"step", "microbatches", "tokens", "elapsed"}  # later fields have defaults
+
+
 def load_state(checkpoint: Path) -> dict:
+    """The trainer state of a checkpoint, loaded without running any code; one line if it is not ours."""
+    path = checkpoint / STATE_FILE
     try:
-        return torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=True)
-    except Exception as error:  # a truncated or foreign file
-        raise CrammingError(f"cannot read {checkpoint / STATE_FILE}: {error}") from None
+        with warnings.catch_warnings():  # torch's warnings about a foreign file's pickle protocol: ours says it
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # objects that could run code on loading: never loaded
+        raise CrammingError(f"cannot read {path}: it holds Python objects other than tensors and plain values, "
+                            "so it was not written by this program; it is not loaded") from None
+    except Exception as error:  # truncated, damaged, or not a torch file
+        raise CrammingError(f"cannot read {path}: truncated or damaged ({type(error).__name__})") from None
+    missing = STATE_KEYS - set(state) if isinstance(state, dict) else STATE_KEYS
+    progress = {field.name for field in dataclasses.fields(Progress)}
+    if missing or not isinstance(state["progress"], dict) or not REQUIRED_PROGRESS <= set(state["progress"]) <= progress:
+        what = f"missing {', '.join(sorted(missing))}" if missing else "its progress has other fields"
+        raise CrammingError(f"{path} is not a trainer state of this version ({what})")
+    return state
+
+
+def finite_optimizer_state(optimizer_state: dict) -> bool:
+    return not any(non_finite({name: value for name, value in moments.items() if torch.is_tensor(value)})
+                   for moments in optimizer_state["state"].values())
 
 
 def resume_fingerprint(cfg, microbatch_size: int, world_size: int) -> dict:
@@ -61,14 +93,25 @@ def resume_fingerprint(cfg, microbatch_size: int, world_size: int) -> dict:
 def restore(checkpoint: Path, saved: dict, fingerprint: dict, resume: str, model: nn.Module,
             optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, device: torch.device) -> Progress:
     """Put model, optimizer, scaler and RNG back as `saved` (the checkpoint's trainer state) has them."""
-    differing = [key for key in fingerprint if saved["fingerprint"].get(key) != fingerprint[key]]
+    ours, theirs = copy.deepcopy(fingerprint), copy.deepcopy(saved["fingerprint"])
+    for path in RESUME_MAY_CHANGE:
+        before, now = _pop(theirs, path), _pop(ours, path)
+        if before != now:
+            log.warning("resume: %s changed from %s to %s", ".".join(path), before, now)
+    differing = differences(theirs, ours)
     if differing:
-        raise CrammingError(
-            f"resume={resume}: this run's {', '.join(differing)} differ from the checkpoint's; "
-            "resume with the same settings (or start a new run)"
-        )
-    model.load_state_dict(read_weights(checkpoint))
-    optimizer.load_state_dict(saved["optimizer"])
+        shown = "; ".join(f"{key}: {before} in the checkpoint, {now} now" for key, before, now in differing[:3])
+        raise CrammingError(f"resume={resume}: the settings differ from the checkpoint's ({shown}"
+                            f"{'; ...' if len(differing) > 3 else ''}); resume with the same settings, or start a new run")
+    load_weights(model, read_weights(checkpoint), checkpoint)
+    if not finite_optimizer_state(saved["optimizer"]):
+        raise CrammingError(f"resume={resume}: the optimizer state in {checkpoint} is not finite (the run diverged "
+                            "before it was written); resume from an earlier checkpoint")
+    try:
+        optimizer.load_state_dict(saved["optimizer"])
+    except (ValueError, KeyError) as error:
+        raise CrammingError(f"resume={resume}: the optimizer state in {checkpoint} does not fit this model "
+                            f"({error})") from None
     if saved["scaler"]:
         scaler.load_state_dict(saved["scaler"])
     torch.set_rng_state(saved["rng"]["torch"])
@@ -77,35 +120,71 @@ def restore(checkpoint: Path, saved: dict, fingerprint: dict, resume: str, model
     return Progress(**saved["progress"])
 
 
+def _pop(tree: dict, path: tuple[str, ...]):
+    """Remove and return the value at `path` of a nested dict."""
+    for key in path[:-1]:
+        tree = tree.get(key, {})
+    return tree.pop(path[-1], None)
+
+
 class Checkpointer(Callback):
     """A checkpoint every `interval_minutes` of training (on the budget clock) and `final` at the end.
 
-    Every rank keeps the cadence; rank 0 writes, with the state of every callback in `callbacks`.
+    Every rank keeps the cadence; rank 0 writes, with the state of every callback in `callbacks`. Nothing
+    that may have diverged is written: no checkpoint while losses are non-finite, none with non-finite
+    weights or optimizer state. A new checkpoint becomes `last_good` once the next step's loss, computed
+    with its weights, is finite; `last_good` is pinned against pruning, and if the run stops for
+    non-finite losses, an unconfirmed newer checkpoint is removed (`discard_unconfirmed`), so the newest
+    checkpoint left on disk is always a good one.
     """
 
     name = "checkpointer"
 
     def __init__(self, checkpoint_cfg, tokenizer, scaler: torch.amp.GradScaler, fingerprint: dict,
-                 callbacks: CallbackList, is_main: bool, provenance: dict):
+                 callbacks: CallbackList, is_main: bool, provenance: dict, last_good: Path | None = None):
         self.interval_s = checkpoint_cfg.interval_minutes * 60
         self.keep_last = checkpoint_cfg.keep_last
         self.tokenizer, self.scaler, self.fingerprint = tokenizer, scaler, fingerprint
         self.callbacks, self.is_main, self.provenance = callbacks, is_main, provenance
         self.last_at = 0.0
+        self.last_good = last_good  # a resumed run starts from a good one
+        self.unconfirmed: Path | None = None  # written, but no step has run on its weights yet
+        self.newest: Path | None = last_good  # the last one written (or resumed from)
 
     def on_train_start(self, state: TrainState) -> None:
         self.last_at = state.clock.elapsed
 
     def after_step(self, state: TrainState) -> None:
+        if self.unconfirmed is not None and state.step_applied:
+            self.last_good, self.unconfirmed = self.unconfirmed, None
         if state.clock.elapsed - self.last_at >= self.interval_s:
             self.save(state, step_name(state.progress.step))
 
     def on_train_end(self, state: TrainState, reason: str) -> None:
-        self.save(state, FINAL)
+        """`final` when training is done; a step checkpoint to resume from when a signal stopped it."""
+        self.save(state, step_name(state.progress.step) if reason == "interrupted" else FINAL)
+
+    def discard_unconfirmed(self) -> None:
+        """After a divergence: remove the checkpoint whose weights led into it, if one was written."""
+        if self.is_main and self.unconfirmed is not None:
+            log.warning("removing %s: the steps after it diverged", self.unconfirmed)
+            shutil.rmtree(self.unconfirmed, ignore_errors=True)
+            self.unconfirmed = None
 
     def save(self, state: TrainState, name: str) -> None:
         self.last_at = state.clock.elapsed
         if not self.is_main:
+            return
+        healthy = (state.progress.nonfinite_in_a_row == 0 and not non_finite(dict(state.model.named_parameters()))
+                   and finite_optimizer_state(state.optimizer.state_dict()))
+        if not healthy:
+            if name == FINAL:
+                self.discard_unconfirmed()
+                raise NonFiniteWeightsError(
+                    f"training ended at step {state.progress.step} with non-finite losses or weights: no final "
+                    f"checkpoint; {resume_advice(self.last_good)}")
+            log.warning("step %d: non-finite losses or weights: no checkpoint written (the last good one: %s)",
+                        state.progress.step, self.last_good or "none yet")
             return
         cuda = state.device.type == "cuda"
         trainer_state = {
@@ -116,7 +195,24 @@ class Checkpointer(Callback):
             "callbacks": self.callbacks.state_dict(),
             "fingerprint": self.fingerprint,
         }
-        save_checkpoint(state.run_dir, name, state.model, self.tokenizer, trainer_state, self.keep_last,
-                        self.provenance)
-        if name != FINAL:  # the end of the run draws its own, whatever way it ends
-            plot_run(state.run_dir)
+        pinned = [path for path in (self.last_good, self.unconfirmed) if path is not None]
+        written = save_checkpoint(state.run_dir, name, state.model, self.tokenizer, trainer_state, self.keep_last,
+                                  self.provenance, pinned)
+        self.newest = written
+        if name == FINAL:
+            self.last_good = written
+        else:
+            self.unconfirmed = written
+            plot_run(state.run_dir)  # the end of the run draws its own, whatever way it ends
+
+
+class NonFiniteWeightsError(CrammingError):
+    """Training ended with weights that are not finite: no final checkpoint is written."""
+
+
+def resume_advice(last_good: Path | None) -> str:
+    """How to go on after a divergence: from the last good checkpoint with a lower learning rate."""
+    if last_good is None:
+        return "no checkpoint was written before it diverged: start again with a lower train.optim.lr"
+    return (f"the last good checkpoint is {last_good}; to go on from it with a lower learning rate, run the same "
+            f"command with resume={last_good} train.optim.lr=<lower>")

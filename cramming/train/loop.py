@@ -30,7 +30,7 @@ class Schedule:
 
 def run_loop(state: TrainState, step: TrainStep, stopping: StoppingRule, schedule: Schedule,
              callbacks: CallbackList, dist: Distributed, tokens_per_microbatch: int) -> str:
-    """Train until the budget or max_steps; returns which ("budget" or "max_steps")."""
+    """Train until the budget, max_steps or a signal; returns which ("budget", "max_steps", "interrupted")."""
     progress = state.progress
     callbacks.on_train_start(state)
     state.clock.start()

@@ -13,6 +13,7 @@ import torch
 from cramming.hardware import model_flops_utilization
 from cramming.train.callbacks import Callback
 from cramming.train.state import TrainState
+from cramming.train.summary import read_records
 from cramming.train.telemetry import TelemetrySampler
 from cramming.train.wandb_logger import WandbLogger
 
@@ -33,8 +34,11 @@ class MetricsLog:
         self.flops_per_token = flops_per_token
         self.peak_tflops = peak_tflops
         if resume_step is not None and path.exists():
-            kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= resume_step]
-            path.write_text("".join(line + "\n" for line in kept))
+            records = read_records(path)
+            if len(records) < len(path.read_text().splitlines()):
+                log.warning("%s: dropped its torn last line (the run was killed while writing it)", path)
+            kept = [record for record in records if record["step"] <= resume_step]
+            path.write_text("".join(json.dumps(record) + "\n" for record in kept))
         self.last_time = time.perf_counter()
         self.last_tokens = tokens
 

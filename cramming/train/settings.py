@@ -1,6 +1,7 @@
 """What a pretraining run is allowed to be, checked before any work: the train config, and the execution
 settings (the GPU profile's defaults with `impl.*` overrides applied)."""
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -8,7 +9,9 @@ from omegaconf import OmegaConf
 
 from cramming.errors import CrammingError
 from cramming.hardware import GpuProfile, check_profile, known_profiles, resolve_auto, warn_if_mismatched
-from cramming.runtime import Precision, check_lr_schedule
+from cramming.data.prepare import check_data_config
+from cramming.model.config import as_model_config
+from cramming.runtime import LR_SCHEDULES, Precision
 from cramming.train.wandb_logger import check_wandb_config
 
 
@@ -60,21 +63,45 @@ def device_profile(settings: Settings) -> GpuProfile:
 
 
 def check_train_config(cfg) -> None:
-    train = cfg.train
-    if not cfg.budget > 0:
-        raise CrammingError(f"budget={cfg.budget} must be positive (GPU-hours)")
-    if train.progress not in ("budget", "steps"):
-        raise CrammingError(f"train.progress={train.progress!r} must be budget or steps")
-    if train.progress == "steps" and not train.max_steps:
-        raise CrammingError("train.progress=steps needs train.max_steps")
-    if train.max_steps is not None and train.max_steps < 1:
-        raise CrammingError(f"train.max_steps={train.max_steps} must be positive")
-    if cfg.impl.deterministic and train.progress != "steps":
-        raise CrammingError("impl.deterministic=true needs train.progress=steps (e.g. train=steps): a budget-driven "
-                            "schedule follows the wall clock, which no two runs share")
-    check_lr_schedule(train.lr_schedule)
-    if train.batch_size < 1 or not 0 <= train.batch_ramp_fraction <= 1:
-        raise CrammingError("train.batch_size must be positive and train.batch_ramp_fraction in [0, 1]")
-    if cfg.checkpoint.interval_minutes <= 0 or cfg.checkpoint.keep_last < 0 or cfg.logging.every_steps < 1:
-        raise CrammingError("checkpoint.interval_minutes > 0, checkpoint.keep_last >= 0, logging.every_steps >= 1")
+    """Every value in its domain, before any data is prepared: one line naming the first that is not."""
+    train, optim, impl = cfg.train, cfg.train.optim, cfg.impl
+    arch = as_model_config(cfg.arch)
+    check_data_config(OmegaConf.to_object(cfg.data) if OmegaConf.is_config(cfg.data) else cfg.data)
+    masked = round(train.mlm_rate * cfg.data.seq_length)
+    rules = [
+        (math.isfinite(cfg.budget) and cfg.budget > 0, f"budget={cfg.budget} must be a positive number (GPU-hours)"),
+        (train.progress in ("budget", "steps"), f"train.progress={train.progress!r} must be budget or steps"),
+        (train.progress != "steps" or train.max_steps, "train.progress=steps needs train.max_steps"),
+        (train.max_steps is None or train.max_steps >= 1, f"train.max_steps={train.max_steps} must be positive"),
+        (not impl.deterministic or train.progress == "steps",
+         "impl.deterministic=true needs train.progress=steps (e.g. train=steps): a budget-driven schedule follows "
+         "the wall clock, which no two runs share"),
+        (train.lr_schedule in LR_SCHEDULES,
+         f"train.lr_schedule={train.lr_schedule!r} is unknown; choose one of {', '.join(LR_SCHEDULES)}"),
+        (math.isfinite(optim.lr) and optim.lr > 0, f"train.optim.lr={optim.lr} must be positive and finite"),
+        (len(optim.betas) == 2 and all(0 <= beta < 1 for beta in optim.betas),
+         f"train.optim.betas={list(optim.betas)} must be two numbers in [0, 1)"),
+        (optim.eps > 0, f"train.optim.eps={optim.eps} must be positive"),
+        (optim.weight_decay >= 0, f"train.optim.weight_decay={optim.weight_decay} must not be negative"),
+        (optim.grad_clip is None or optim.grad_clip > 0, f"train.optim.grad_clip={optim.grad_clip} must be positive "
+         "(or null: no clipping)"),
+        (0 < train.mlm_rate < 1 and 1 <= masked < cfg.data.seq_length,
+         f"train.mlm_rate={train.mlm_rate} must mask 1 to {cfg.data.seq_length - 1} of {cfg.data.seq_length} tokens"),
+        (0 <= train.warmup_fraction < 1, f"train.warmup_fraction={train.warmup_fraction} must be in [0, 1)"),
+        (train.batch_size >= 1, f"train.batch_size={train.batch_size} must be at least 1"),
+        (0 <= train.batch_ramp_fraction <= 1, f"train.batch_ramp_fraction={train.batch_ramp_fraction} must be in [0, 1]"),
+        (train.max_nonfinite_steps >= 1, f"train.max_nonfinite_steps={train.max_nonfinite_steps} must be at least 1"),
+        (impl.microbatch_size is None or impl.microbatch_size >= 1,
+         f"impl.microbatch_size={impl.microbatch_size} must be positive (or null: automatic)"),
+        (impl.num_workers is None or impl.num_workers >= 0, f"impl.num_workers={impl.num_workers} must not be negative"),
+        (cfg.data.seq_length <= arch.max_position_embeddings,
+         f"data.seq_length={cfg.data.seq_length} exceeds arch.max_position_embeddings={arch.max_position_embeddings}"),
+        (math.isfinite(cfg.checkpoint.interval_minutes) and cfg.checkpoint.interval_minutes > 0,
+         f"checkpoint.interval_minutes={cfg.checkpoint.interval_minutes} must be positive"),
+        (cfg.checkpoint.keep_last >= 0, f"checkpoint.keep_last={cfg.checkpoint.keep_last} must not be negative"),
+        (cfg.logging.every_steps >= 1, f"logging.every_steps={cfg.logging.every_steps} must be at least 1"),
+    ]
+    for ok, problem in rules:
+        if not ok:
+            raise CrammingError(problem)
     check_wandb_config(cfg.wandb)

@@ -17,6 +17,7 @@ class Progress:
     elapsed: float = 0.0  # training seconds, earlier runs of a resumed training included
     nonfinite_total: int = 0
     nonfinite_in_a_row: int = 0
+    lost_to_crashes: float = 0.0  # seconds charged on resumes for training lost after the last checkpoint
 
 
 @dataclass

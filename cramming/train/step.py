@@ -81,9 +81,8 @@ class TrainStep:
                         progress.nonfinite_in_a_row)
             if progress.nonfinite_in_a_row >= self.max_nonfinite_steps:
                 raise NonFiniteLossError(
-                    f"{progress.nonfinite_in_a_row} non-finite losses in a row at step {progress.step + 1}: "
-                    f"stopping; the last good checkpoint is kept in {state.run_dir / 'checkpoints'} "
-                    "(try a lower train.optim.lr or impl.precision=bf16)"
+                    f"{progress.nonfinite_in_a_row} non-finite losses in a row at step {progress.step + 1}: the run "
+                    "diverged and stopped"
                 )
             return False
         progress.nonfinite_in_a_row = 0

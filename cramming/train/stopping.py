@@ -1,18 +1,21 @@
 """When training stops, and how far along it is (the progress f that drives the schedules)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cramming.train.clock import BudgetClock
+from cramming.train.interrupt import GracefulStop
 
 
 @dataclass
 class StoppingRule:
     """By the budget clock (train.progress=budget: f is the elapsed fraction of the budget) or by steps
-    (progress=steps: f = step / max_steps). The clock stops a run either way; train.max_steps too."""
+    (progress=steps: f = step / max_steps). The clock stops a run either way; train.max_steps too; and a
+    signal (Ctrl-C, SIGTERM) after the step it arrives in."""
 
     progress: str  # budget | steps
     max_steps: int | None
     clock: BudgetClock
+    interrupt: GracefulStop = field(default_factory=GracefulStop)
 
     def fraction(self, step: int) -> float:
         if self.progress == "steps":
@@ -23,7 +26,10 @@ class StoppingRule:
         return self.max_steps is not None and step >= self.max_steps
 
     def done(self, step: int) -> bool:
-        return self.fraction(step) >= 1.0 or self.clock.expired() or self.at_max_steps(step)
+        return (self.fraction(step) >= 1.0 or self.clock.expired() or self.at_max_steps(step)
+                or self.interrupt.requested)
 
     def reason(self, step: int) -> str:
+        if self.interrupt.requested:
+            return "interrupted"
         return "max_steps" if self.at_max_steps(step) else "budget"

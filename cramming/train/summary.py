@@ -12,13 +12,24 @@ from pathlib import Path
 
 import torch
 
+from cramming.errors import CrammingError
 from cramming.hardware import model_flops_utilization
 
 SMOOTHING_FRACTION = 0.1  # smoothed loss: mean of the records in the last 10% of the steps
 
 
 def read_records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    """The records of a metrics.jsonl; a torn last line (the run was killed while writing it) is left out.
+    A damaged line elsewhere is an error: the file was changed by something other than a run."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    records = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines):
+                raise CrammingError(f"{path}, line {number}: not a JSON record") from None
+    return records
 
 
 def smoothed_loss(records: list[dict]) -> float | None:
@@ -72,6 +83,7 @@ def build_summary(*, records: list[dict], stop_reason: str, progress: dict, budg
         "training_s": round(elapsed, 3),  # on the budget clock, earlier runs of a resumed training included
         "compile_s": round(compiled, 3) if compiled is not None else None,  # estimate, this process only
         "outside_training_s": round(session_wall_s - session_training_s, 3),  # this process: data, search, setup
+        "lost_to_crashes_s": round(progress["lost_to_crashes"], 3),  # charged on resumes (heartbeat.json)
         "peak_memory_gb": round(peak_memory, 3),
         "energy_wh": round(energy_wh, 3) if energy_wh is not None else None,  # NVML, this process only
         "budget_gpu_hours": budget_hours,
@@ -83,5 +95,5 @@ def build_summary(*, records: list[dict], stop_reason: str, progress: dict, budg
 
 def write_summary(path: Path, summary: dict) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    tmp.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")  # strict JSON: no bare NaN
     tmp.replace(path)

@@ -5,6 +5,7 @@ Training: the loop (train.loop) runs the step (train.step) under the stopping ru
 calls the callbacks at its named points: techniques first, then the metrics record and the checkpoints.
 """
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -23,9 +24,12 @@ from cramming.provenance import config_sha256, provenance
 from cramming.runs import FINAL, new_run_dir, resolve_checkpoint
 from cramming.runtime import build_optimizer, deterministic_algorithms, prepare_device
 from cramming.train.callbacks import Callback, CallbackList
-from cramming.train.checkpoint import Checkpointer, load_state, restore, resume_fingerprint
+from cramming.train.checkpoint import (Checkpointer, NonFiniteWeightsError, load_state, restore, resume_advice,
+                                       resume_fingerprint)
 from cramming.train.clock import BudgetClock
 from cramming.train.distributed import Distributed
+from cramming.train.heartbeat import Heartbeat, charge_lost_time
+from cramming.train.interrupt import Interrupted
 from cramming.train.loop import Schedule, run_loop
 from cramming.train.metrics import MetricsLog, MetricsLogger, format_duration
 from cramming.train.microbatch import choose_microbatch
@@ -75,15 +79,12 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
         saved = load_state(checkpoint)
     settings, microbatch_source = choose_microbatch(cfg, settings, dist, model, vocab_size, seq_length, saved)
     fingerprint = resume_fingerprint(cfg, settings.microbatch_size, dist.world_size)
-    progress, run_dir = Progress(), None
+    progress = Progress()
     if checkpoint:
         progress = restore(checkpoint, saved, fingerprint, cfg.resume, model, optimizer, scaler, settings.device)
-        run_dir = checkpoint.parent.parent
         log.info("resuming %s at step %d, %s of budget used", checkpoint, progress.step,
                  format_duration(progress.elapsed))
-    if dist.is_main and run_dir is None:
-        run_dir = new_run_dir(cfg.output_dir, cfg.name)
-    run_dir = Path(dist.broadcast(str(run_dir) if run_dir else None))
+    run_dir = _run_directory(cfg, dist, checkpoint, progress)
     if dist.is_main:
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     run_provenance = {**provenance(settings.device), "dataset": dataset.path.name,
@@ -116,8 +117,9 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     if saved:
         recorded.load_state_dict(saved.get("callbacks", {}))
     checkpointer = Checkpointer(cfg.checkpoint, tokenizer, scaler, fingerprint, recorded, dist.is_main,
-                                run_provenance)
-    callbacks = CallbackList([*recorded.callbacks, checkpointer])
+                                run_provenance, last_good=checkpoint)
+    heartbeat = [Heartbeat(run_dir)] if dist.is_main else []
+    callbacks = CallbackList([*recorded.callbacks, *heartbeat, checkpointer])
     stopping = StoppingRule(cfg.train.progress, cfg.train.max_steps, clock)
     step = TrainStep(_network(model, settings, dist), scaler, settings.precision, dist, stream, callbacks,
                      stopping, cfg.train)
@@ -125,11 +127,15 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     stop_reason = "error"
     try:
         try:
-            stop_reason = run_loop(state, step, stopping, Schedule(cfg.train, sequences), callbacks, dist,
-                                   sequences * seq_length)
-        except NonFiniteLossError:
+            with stopping.interrupt:  # Ctrl-C / SIGTERM: stop after the step, with a checkpoint
+                stop_reason = run_loop(state, step, stopping, Schedule(cfg.train, sequences), callbacks, dist,
+                                       sequences * seq_length)
+        except (NonFiniteLossError, NonFiniteWeightsError) as error:
             stop_reason = "non-finite"
-            raise
+            if isinstance(error, NonFiniteWeightsError):
+                raise
+            checkpointer.discard_unconfirmed()
+            raise NonFiniteLossError(f"{error}; {resume_advice(checkpointer.last_good)}") from None
         except KeyboardInterrupt:
             stop_reason = "interrupted"
             raise
@@ -137,6 +143,10 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
             if dist.is_main:
                 summary = _leave_record(cfg, state, logger, wandb, settings, stop_reason, flops_per_token,
                                         time.perf_counter() - started, microbatch_source, run_provenance)
+        if stop_reason == "interrupted":
+            written = f"checkpoint {checkpointer.newest}" if checkpointer.newest else "no checkpoint yet"
+            raise Interrupted(f"stopped at step {progress.step}; {written}; to go on, run the same command with "
+                              f"resume={run_dir}", stopping.interrupt.signum)
         log.info("done: %d steps, %s tokens, %s of training, %d non-finite steps skipped; final checkpoint %s",
                  progress.step, f"{progress.tokens:,}", format_duration(progress.elapsed),
                  progress.nonfinite_total, run_dir / "checkpoints" / FINAL)
@@ -148,14 +158,36 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     return run_dir
 
 
+def _run_directory(cfg, dist: Distributed, checkpoint: Path | None, progress: Progress) -> Path:
+    """Where the run writes: a resumed run goes on in its own directory when that lies under
+    <output_dir>/<name> (charging the training a crash lost after the checkpoint); a new run, or one resumed
+    from a checkpoint elsewhere, gets a new directory there (the latter with the records up to its step)."""
+    run_dir = None
+    if dist.is_main:
+        root = (Path(cfg.output_dir) / cfg.name).resolve()
+        if checkpoint is not None and root in checkpoint.resolve().parents:
+            run_dir = checkpoint.parent.parent
+            charge_lost_time(run_dir, progress)
+        else:
+            run_dir = new_run_dir(cfg.output_dir, cfg.name)
+            if checkpoint is not None:
+                earlier = [r for r in read_records(checkpoint.parent.parent / "metrics.jsonl") if r["step"] <= progress.step]
+                (run_dir / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in earlier))
+                log.info("resuming into a new run directory %s (the checkpoint's is outside %s)", run_dir, root)
+    run_dir = Path(dist.broadcast(str(run_dir) if run_dir else None))
+    progress.elapsed = dist.broadcast(progress.elapsed)  # the time charged on rank 0, on every rank
+    progress.lost_to_crashes = dist.broadcast(progress.lost_to_crashes)
+    return run_dir
+
+
 def _prepared_dataset(cfg, dist: Distributed) -> PreparedDataset:
     """Data preparation is outside the budget; rank 0 builds, the others then find it in the cache."""
     if dist.is_main:
         dataset, reused = prepare_dataset(cfg.data, cfg.cache_dir)
         log.info("data: %s (%s, %d rows)", dataset.path, "cached" if reused else "prepared", dataset.num_rows)
     dist.barrier()
-    if not dist.is_main:
-        dataset, _ = prepare_dataset(cfg.data, cfg.cache_dir)
+    if not dist.is_main:  # rank 0 has just built or verified it
+        dataset, _ = prepare_dataset(cfg.data, cfg.cache_dir, verify=False)
     return dataset
 
 

@@ -69,7 +69,7 @@ def test_bad_input_is_one_line(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == "error: budget=-1.0 must be positive (GPU-hours)"
     result = run(tmp_path, "gpu=nonexistent")
     assert result.returncode == 2
-    assert result.stderr.startswith("error: unknown gpu='nonexistent'; known: auto, 2080ti")
+    assert result.stderr.startswith("error: unknown gpu=nonexistent; choose one of 2080ti, 3060ti, a100,")
 
 
 @pytest.mark.parametrize("settings,message", [

@@ -75,7 +75,7 @@ def unknown_arch_key(directory):
         (lambda d: (d / "tokenizer.json").unlink(), "tokenizer.json is missing"),
         (lambda d: (d / "config.json").unlink(), "config.json is missing"),
         (lambda d: (d / "config.json").write_text("{oops"), "not valid JSON"),
-        (wrong_shapes, "do not match its config.json"),
+        (wrong_shapes, "do not fit the model they are loaded into"),
         (unknown_arch_key, "unknown arch key.*: rotary"),
     ],
 )

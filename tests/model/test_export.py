@@ -1,10 +1,11 @@
 """Export to transformers: native BERT classes for bert-base, remote code for crammed-bert; same logits."""
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification
+from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer
 
 from cramming.errors import CrammingError
 from cramming.model import build_classifier, build_mlm_model
@@ -101,3 +102,18 @@ def test_the_remote_code_is_the_training_model_file(tmp_path, tokenizer):
     python_files = {path.name for path in (tmp_path / "hf").glob("*.py")}
     assert python_files == {"crammed_bert.py", "configuration_crammed_bert.py", "modeling_crammed_bert.py"}
     assert (tmp_path / "hf" / "crammed_bert.py").read_text() == (CRAMMING / "model" / "crammed_bert.py").read_text()
+
+
+def test_a_foreign_tokenizer_auto_map_is_not_carried_into_the_export(tmp_path, tokenizer):
+    """Someone's tokenizer_config.json with an auto_map to their remote code (and the code beside it) stays
+    behind: the export holds our tokenizer and our model files only."""
+    save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), len(tokenizer)), tmp_path / "ckpt", tokenizer)
+    config_path = tmp_path / "ckpt" / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["auto_map"] = {"AutoTokenizer": ["evil.EvilTokenizer", None]}
+    config_path.write_text(json.dumps(config))
+    (tmp_path / "ckpt" / "evil.py").write_text("raise SystemExit('this must never run')\n")
+    export_to_transformers(tmp_path / "ckpt", tmp_path / "hf")
+    exported = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
+    assert "auto_map" not in exported and not (tmp_path / "hf" / "evil.py").exists()
+    assert AutoTokenizer.from_pretrained(tmp_path / "hf").convert_tokens_to_ids("[MASK]") == 4

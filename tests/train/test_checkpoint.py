@@ -1,5 +1,6 @@
 """Training checkpoints: atomic writes, pruning to the last k, trainer state loaded without unpickling code."""
 
+import dataclasses
 import pickle
 
 import pytest
@@ -13,6 +14,7 @@ from cramming.model import build_mlm_model
 from cramming.model.config import ModelConfig
 from cramming.runs import FINAL, STATE_FILE, run_checkpoint, step_name
 from cramming.train import checkpoint as ckpt
+from cramming.train.state import Progress
 
 TINY = ModelConfig(name="tiny", num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64)
 
@@ -23,9 +25,11 @@ def tokenizer():
     return as_transformers_tokenizer(train_tokenizer(texts, TokenizerConfig(vocab_size=500), NormalizeConfig()))
 
 
-def save(run_dir, name, tokenizer, step=1, keep_last=2):
-    state = {"progress": {"step": step}, "optimizer": {"lr": torch.tensor(1.0)}}
-    return ckpt.save_checkpoint(run_dir, name, build_mlm_model(TINY, 500), tokenizer, state, keep_last)
+def save(run_dir, name, tokenizer, step=1, keep_last=2, pinned=()):
+    model = build_mlm_model(TINY, 500)
+    state = {"progress": dataclasses.asdict(Progress(step=step)), "optimizer": {"state": {}, "param_groups": []},
+             "scaler": {}, "rng": {"torch": torch.get_rng_state(), "cuda": None}, "callbacks": {}, "fingerprint": {}}
+    return ckpt.save_checkpoint(run_dir, name, model, tokenizer, state, keep_last, pinned=list(pinned))
 
 
 def test_save_keeps_the_last_k_and_the_final(tmp_path, tokenizer):

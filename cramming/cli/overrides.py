@@ -1,0 +1,121 @@
+"""Command-line overrides checked before Hydra runs a command: an unknown key, an unknown choice, a value
+of the wrong type or a syntax error is one line that names it (and the closest valid key or choice),
+instead of Hydra's many-line report."""
+
+import difflib
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from cramming import CONFIG_DIR
+from cramming.errors import CrammingError
+
+HYDRA_FLAGS_WITH_VALUE = ("--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd")
+
+
+def split_arguments(argv: list[str], config_name: str) -> tuple[str, list[str]]:
+    """The config name (--config-name may change it) and the overrides among the arguments."""
+    overrides, index = [], 0
+    while index < len(argv):
+        argument = argv[index]
+        if argument in ("--config-name", "-cn"):
+            config_name = argv[index + 1] if index + 1 < len(argv) else config_name
+        elif argument.startswith("--config-name="):
+            config_name = argument.split("=", 1)[1]
+        elif not argument.startswith("-") and not argument.lstrip("+~").startswith("hydra."):
+            overrides.append(argument)
+        index += 2 if argument in HYDRA_FLAGS_WITH_VALUE else 1
+    return config_name, overrides
+
+
+def flat_keys(tree: Any, prefix: str = "") -> list[str]:
+    if not isinstance(tree, dict):
+        return [prefix]
+    return [key for name, value in tree.items() for key in flat_keys(value, f"{prefix}.{name}" if prefix else name)]
+
+
+def closest(word: str, candidates: list[str]) -> str:
+    match = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return f" — did you mean {match[0]}?" if match else ""
+
+
+def key_of(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def check_directory(path: str, key: str) -> None:
+    """A directory the command creates or writes into: not a file, and inside a directory it may write."""
+    target = Path(os.path.expanduser(str(path))).absolute()
+    existing = next(candidate for candidate in (target, *target.parents) if candidate.exists())
+    if not existing.is_dir():
+        raise CrammingError(f"{key}={path}: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CrammingError(f"{key}={path}: cannot write in {existing} (permission denied)")
+    try:  # permissions are not the whole story: a read-only mount refuses even root
+        os.rmdir(tempfile.mkdtemp(prefix=".cramming-write-check-", dir=existing))
+    except OSError as error:
+        raise CrammingError(f"{key}={path}: cannot write in {existing} ({error.strerror})") from None
+
+
+def check_overrides(config_name: str, overrides: list[str], schema: type, directories: tuple[str, ...] = ()) -> None:
+    """Compose the config as Hydra will and check it against the command's schema, and that the
+    `directories` keys name directories it can write; CrammingError if not.
+
+    Every key already has its place in the schema, so `+key=value` can only add an unknown key: refused.
+    """
+    for override in overrides:
+        try:
+            OverridesParser.create().parse_overrides([override])
+        except OverrideParseException as error:
+            raise CrammingError(f"cannot read the override {override!r}: {str(error).splitlines()[0]}") from None
+    groups = [o for o in overrides if (CONFIG_DIR / key_of(o)).is_dir()]  # arch=..., data=..., eval=glue
+    added = [o for o in overrides if o.startswith("+") and o not in groups]
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        try:
+            composed = compose(config_name, overrides=[o for o in overrides if o not in added])
+            OmegaConf.merge(OmegaConf.structured(schema), composed)
+            keys = flat_keys(OmegaConf.to_container(composed))
+            unknown = next((key_of(o) for o in added if key_of(o) not in keys), None)
+            if unknown is None:
+                for key in directories:
+                    if OmegaConf.select(composed, key) is not None:
+                        check_directory(OmegaConf.select(composed, key), key)
+                return
+            message = f"unknown key {unknown}{closest(unknown, keys)}"
+        except MissingConfigException as error:
+            message = _unknown_choice(str(error))
+        except (ConfigCompositionException, OmegaConfBaseException) as error:
+            cause = error.__cause__ if isinstance(error, ConfigCompositionException) and error.__cause__ else error
+            keys = flat_keys(OmegaConf.to_container(compose(config_name, overrides=groups)))
+            message = _explain(cause, keys, overrides)
+    raise CrammingError(message)
+
+
+def _unknown_choice(message: str) -> str:
+    """From Hydra's "Could not find 'gpu/tpu' ... Available options in 'gpu': ..." to one line."""
+    found = re.search(r"Could not find '([^/']+)/([^']+)'", message)
+    if not found:
+        return message.splitlines()[0]
+    group, choice = found.groups()
+    options = [line.strip() for line in message.split("Available options", 1)[-1].splitlines()[1:]]
+    options = [option for option in options[: options.index("Config search path:")] if option != "schema"] \
+        if "Config search path:" in options else [option for option in options if option and option != "schema"]
+    return f"unknown {group}={choice}; choose one of {', '.join(options)}{closest(choice, options)}"
+
+
+def _explain(cause: Exception, keys: list[str], overrides: list[str]) -> str:
+    full_key = getattr(cause, "full_key", None) or ""
+    first_line = str(cause).splitlines()[0]
+    if "not in" in first_line or "not in struct" in first_line or "Could not override" in first_line:
+        key = next((key_of(o) for o in reversed(overrides) if full_key and full_key in key_of(o)), full_key)
+        return f"unknown key {key}{closest(key, keys)}"
+    given = next((o for o in reversed(overrides) if full_key and key_of(o) == full_key), None)
+    return f"{given or full_key}: {first_line}" if (given or full_key) else first_line

@@ -1,0 +1,217 @@
+"""Runs users can trust: torchrun with the default stop, kills and resumes under it, divergence that never
+reaches a checkpoint, a tampered dataset cache, resuming into output_dir, crash time charged to the
+budget, Ctrl-C and SIGTERM, a torn metrics line."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from safetensors.torch import load_file
+
+from cramming.data import prepare as prepare_module
+from cramming.data.prepare import prepare_dataset
+from cramming.errors import CrammingError
+from cramming.model.checkpoint import read_weights
+from cramming.train import heartbeat
+from cramming.train.callbacks import Callback
+from cramming.train.trainer import pretrain
+from tests.conftest import REPO_ROOT
+from tests.train.runs import STEP_RUN, InterruptAt, compose_config, only_run, records, summary
+
+TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
+
+
+def run_cli(*arguments: str, launcher=(sys.executable,), **popen) -> subprocess.CompletedProcess | subprocess.Popen:
+    command = [*launcher, str(REPO_ROOT / "pretrain.py"), *arguments]
+    if popen:
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(run_dir / "checkpoints" / "final" / "model.safetensors")
+
+
+def wait_for(path_glob: str, root: Path, process: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while not list(root.glob(path_glob)):
+        assert process.poll() is None and time.time() < deadline, "the run ended before the moment of the test"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_torchrun_with_the_default_budget_stop(cache_dir, tmp_path):
+    """The default stopping rule (budget, no max_steps) under 2 gloo processes: it once crashed both ranks."""
+    run = run_cli("--config-name", "quickstart", "budget=0.002", f"output_dir={tmp_path}", launcher=TORCHRUN)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (run_dir,) = (tmp_path / "quickstart").iterdir()
+    facts = summary(run_dir)
+    assert facts["stop_reason"] == "budget" and facts["budget_wall_s"] == pytest.approx(0.002 * 3600 / 2)
+    assert (run_dir / "checkpoints" / "final" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_torchrun_killed_and_resumed_matches_an_uninterrupted_run(cache_dir, tmp_path):
+    straight = run_cli(*STEP_RUN, f"output_dir={tmp_path / 'a'}", launcher=TORCHRUN)
+    assert straight.returncode == 0, straight.stdout + straight.stderr
+    victim = run_cli(*STEP_RUN, f"output_dir={tmp_path / 'b'}", launcher=TORCHRUN, start_new_session=True)
+    wait_for("t/*/checkpoints/step-00000003", tmp_path / "b", victim)
+    os.killpg(victim.pid, signal.SIGKILL)  # the launcher and both ranks at once
+    victim.wait()
+    resumed = run_cli(*STEP_RUN, f"output_dir={tmp_path / 'b'}", "resume=latest", launcher=TORCHRUN)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    a, b = only_run(tmp_path / "a"), only_run(tmp_path / "b")
+    assert [r["step"] for r in records(b)] == list(range(1, 9))
+    assert [r["loss"] for r in records(a)] == [r["loss"] for r in records(b)]
+    weights_a, weights_b = final_weights(a), final_weights(b)
+    assert all(torch.equal(weights_a[key], weights_b[key]) for key in weights_a)
+
+
+def test_a_diverging_run_exits_non_zero_and_leaves_no_bad_checkpoint(cache_dir, tmp_path):
+    """A learning rate of 1e30 overflows the logits after the first update: every loss after it is
+    non-finite. The checkpoint of step 1 (whose weights led there) is removed, none is written after."""
+    run = run_cli(*STEP_RUN, "train.max_steps=20", "train.optim.lr=1e30", f"output_dir={tmp_path}")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1] == (
+        "error: 10 non-finite losses in a row at step 11: the run diverged and stopped; no checkpoint was written "
+        "before it diverged: start again with a lower train.optim.lr")
+    run_dir = only_run(tmp_path)
+    assert list((run_dir / "checkpoints").iterdir()) == []
+    assert summary(run_dir)["stop_reason"] == "non-finite"
+
+
+class PoisonWeightsAt(Callback):
+    """Makes one weight NaN in the update of the given step, as a diverging update would."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def after_optimizer_step(self, state):
+        if state.progress.step + 1 == self.step:
+            with torch.no_grad():
+                state.model.bert.embeddings.word_embeddings.weight[7, 0] = float("nan")
+
+
+def test_the_last_good_checkpoint_survives_pruning_and_resumes_with_a_lower_lr(cache_dir, tmp_path):
+    cfg = STEP_RUN + [f"output_dir={tmp_path}", "train.max_steps=12", "train.max_nonfinite_steps=3",
+                      "checkpoint.keep_last=1"]
+    with pytest.raises(CrammingError) as stopped:
+        pretrain(compose_config(cfg), callbacks=[PoisonWeightsAt(6)])
+    run_dir = only_run(tmp_path)
+    good = run_dir / "checkpoints" / "step-00000005"  # step 6's loss, on its weights, was finite
+    assert f"the last good checkpoint is {good}" in str(stopped.value)
+    assert str(stopped.value).startswith("3 non-finite losses in a row at step 9")
+    on_disk = sorted((run_dir / "checkpoints").iterdir())
+    assert good in on_disk and all(read_weights(checkpoint) for checkpoint in on_disk)  # each one finite
+    resumed = pretrain(compose_config(cfg + [f"resume={good}", "train.optim.lr=5e-4"]))
+    assert resumed == run_dir and summary(run_dir)["stop_reason"] == "max_steps"
+    assert all(torch.isfinite(weight).all() for weight in final_weights(run_dir).values())
+
+
+def test_a_tampered_dataset_cache_is_rebuilt(tmp_path, caplog):
+    data = OmegaConf.to_object(compose_config(STEP_RUN).data)
+    dataset, _ = prepare_dataset(data, str(tmp_path))
+    recorded = dict(dataset.meta["sha256"])
+    rows = dataset.path / "rows.bin"
+    flipped = bytearray(rows.read_bytes())
+    flipped[100] ^= 0xFF  # same size, other content: only the hash can tell
+    rows.write_bytes(bytes(flipped))
+    prepare_module.VERIFIED.clear()  # as in a new process, which checks hashes on its first reuse
+    rebuilt, reused = prepare_dataset(data, str(tmp_path))
+    assert not reused and "rows.bin does not match the SHA-256 recorded when it was prepared" in caplog.text
+    assert rebuilt.meta["sha256"] == recorded  # the same dataset again (preparation is deterministic)
+    tokenizer = rebuilt.path / "tokenizer.json"
+    tokenizer.write_text(tokenizer.read_text()[:100])  # truncated: sizes are checked at every open
+    again, reused = prepare_dataset(data, str(tmp_path))
+    assert not reused and "tokenizer.json has 100 bytes, expected" in caplog.text
+    assert again.meta["sha256"] == recorded and np.array_equal(again.rows(), dataset.rows())
+
+
+def test_resuming_a_checkpoint_from_elsewhere_writes_into_output_dir(cache_dir, tmp_path):
+    first = pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path / 'theirs'}", "train.max_steps=8",
+                                                "checkpoint.keep_last=8"]))
+    checkpoint = first / "checkpoints" / "step-00000004"
+    mine = pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path / 'mine'}", "train.max_steps=8",
+                                               "checkpoint.keep_last=8", f"resume={checkpoint}"]))
+    assert mine.parent == tmp_path / "mine" / "t"
+    assert [r["step"] for r in records(mine)] == list(range(1, 9))  # the records up to the checkpoint came along
+    assert [r["loss"] for r in records(mine)] == [r["loss"] for r in records(first)]
+    assert (first / "checkpoints" / "final").is_dir() and len(list((first / "checkpoints").iterdir())) == 9
+
+
+def test_a_heartbeat_is_written_while_training(cache_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(heartbeat, "INTERVAL_S", 0.0)  # a heartbeat at every microbatch
+    with pytest.raises(KeyboardInterrupt):  # dies before step 6, long before its first checkpoint
+        pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path}", "checkpoint.interval_minutes=100"]),
+                 callbacks=[InterruptAt(6)])
+    run_dir = only_run(tmp_path)
+    beat = json.loads((run_dir / "heartbeat.json").read_text())
+    assert beat["step"] == 4 and 0 < beat["elapsed"] <= summary(run_dir)["training_s"]  # during step 5's microbatches
+    assert not list((run_dir / "checkpoints").glob("*"))
+
+
+def test_heartbeat_time_beyond_the_checkpoint_is_charged(cache_dir, tmp_path):
+    run_dir = pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path}", "train.max_steps=8",
+                                                  "checkpoint.keep_last=8"]))
+    checkpoint = run_dir / "checkpoints" / "step-00000004"
+    at_checkpoint = torch.load(checkpoint / "trainer_state.pt", weights_only=True)["progress"]["elapsed"]
+    (run_dir / "heartbeat.json").write_text(json.dumps({"elapsed": at_checkpoint + 30.0, "step": 6}))  # killed later
+    pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path}", "train.max_steps=8", "checkpoint.keep_last=8",
+                                        f"resume={checkpoint}"]))
+    facts = summary(run_dir)
+    assert facts["lost_to_crashes_s"] == pytest.approx(30.0, abs=1e-3)
+    assert facts["training_s"] > at_checkpoint + 30.0
+
+
+def test_a_torn_last_metrics_line_is_dropped_on_resume(cache_dir, tmp_path, caplog):
+    run_dir = pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path}", "checkpoint.keep_last=8"]))
+    with open(run_dir / "metrics.jsonl", "a") as handle:
+        handle.write('{"step": 9, "loss": 1.2')  # killed mid-write
+    pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path}", "checkpoint.keep_last=8",
+                                        f"resume={run_dir / 'checkpoints' / 'step-00000006'}"]))
+    assert "dropped its torn last line" in caplog.text
+    assert [r["step"] for r in records(run_dir)] == list(range(1, 9))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_after_the_step_with_a_checkpoint_and_the_run_resumes_exactly(cache_dir, tmp_path, signum):
+    arguments = [*STEP_RUN, "train.max_steps=40", "checkpoint.interval_minutes=100"]
+    straight = pretrain(compose_config(arguments + [f"output_dir={tmp_path / 'a'}"]))
+    victim = run_cli(*arguments, f"output_dir={tmp_path / 'b'}", start_new_session=True)
+    wait_for("t/*/metrics.jsonl", tmp_path / "b", victim)
+    time.sleep(0.5)
+    victim.send_signal(signum)
+    output, _ = victim.communicate(timeout=120)
+    assert victim.returncode == 128 + signum and "Traceback" not in output
+    run_dir = only_run(tmp_path / "b")
+    step = summary(run_dir)["steps"]
+    assert 0 < step < 40 and summary(run_dir)["stop_reason"] == "interrupted"
+    assert output.strip().splitlines()[-1] == (
+        f"interrupted: stopped at step {step}; checkpoint {run_dir / 'checkpoints' / f'step-{step:08d}'}; to go on, "
+        f"run the same command with resume={run_dir}")
+    resumed = run_cli(*arguments, f"output_dir={tmp_path / 'b'}", f"resume={run_dir}")
+    assert resumed.returncode == 0, resumed.stderr
+    weights_a, weights_b = final_weights(straight), final_weights(run_dir)
+    assert all(torch.equal(weights_a[key], weights_b[key]) for key in weights_a)
+
+
+def test_a_second_signal_exits_at_once(cache_dir, tmp_path):
+    """Steps of 32 microbatches (about a second here): the second SIGINT comes while the first waits for the
+    step to end. (Two signals sent at once would arrive as one.)"""
+    victim = run_cli(*STEP_RUN, "train.max_steps=400", "train.batch_size=512", "train.batch_ramp_fraction=0",
+                     f"output_dir={tmp_path}", start_new_session=True)
+    wait_for("t/*/metrics.jsonl", tmp_path, victim)
+    victim.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    victim.send_signal(signal.SIGINT)
+    output, _ = victim.communicate(timeout=120)
+    assert victim.returncode == 130 and "Traceback" not in output
+    assert output.strip().splitlines()[-1] == "interrupted: second SIGINT: exiting now, without a checkpoint"

@@ -79,12 +79,22 @@ class Embeddings(nn.Module):
         if self.position_embeddings is not None:
             x = x + self.position_embeddings.weight[:T]
         else:
-            x = x + self.position_scale * sinusoids(T, x.size(-1), x.device)
+            x = x + self.position_scale * sinusoids(T, x.size(-1), x.device).to(x.dtype)  # bf16 weights stay bf16
         return self.dropout(self.LayerNorm(x))
 
 
 class ResidualOutput(nn.Linear):
     """The last Linear of a residual branch: init_scheme=scaled shrinks its initialization."""
+
+
+def eager_attention(q, k, v, mask, dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q kᵀ / √d) v written out, for when the attention probabilities themselves are wanted
+    (`output_attentions`, `attn_implementation="eager"`): q (B, nh, Tq, hs), k, v (B, nh, T, hs)."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, nh, Tq, T)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    probs = scores.softmax(dim=-1)
+    return F.dropout(probs, dropout_p) @ v, probs  # (B, nh, Tq, hs), (B, nh, Tq, T)
 
 
 class SelfAttention(nn.Module):
@@ -98,8 +108,10 @@ class SelfAttention(nn.Module):
         self.dense = ResidualOutput(cfg.hidden_size, cfg.hidden_size, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor | None = None):
-        """x (B, T, C); mask None or bool (B, 1, 1, T), True where a key may be attended to.
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor | None = None,
+                eager: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, T, C); mask None or bool (B, 1, 1, T), True where a key may be attended to. Returns the
+        output and, with `eager`, the attention probabilities (B, nh, T, T) (else None: SDPA keeps them).
 
         With positions (B, k) only those rows attend (to all T keys): output (B, k, C) instead of (B, T, C).
         """
@@ -113,9 +125,13 @@ class SelfAttention(nn.Module):
             q = F.linear(gather_rows(x, positions), w_q, b_q)  # (B, k, C)
             q = q.view(B, -1, nh, hs).transpose(1, 2)  # (B, nh, k, hs)
             k, v = F.linear(x, w_kv, b_kv).view(B, T, 2, nh, hs).permute(2, 0, 3, 1, 4)  # (B, nh, T, hs) each
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0)
+        dropout_p = self.dropout_p if self.training else 0.0
+        if eager:
+            y, probs = eager_attention(q, k, v, mask, dropout_p)
+        else:
+            y, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
         y = y.transpose(1, 2).reshape(B, -1, C)  # (B, T or k, C)
-        return self.dropout(self.dense(y))
+        return self.dropout(self.dense(y)), probs
 
 
 class FeedForward(nn.Module):
@@ -150,14 +166,25 @@ class Layer(nn.Module):
         self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
         self.ffn = FeedForward(cfg)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor | None = None):
-        """x (B, T, C) -> (B, T, C), or (B, k, C) when only the rows at positions (B, k) are wanted."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor | None = None,
+                eager: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, T, C) -> (B, T, C), or (B, k, C) when only the rows at positions (B, k) are wanted; with
+        the attention probabilities when `eager` (see SelfAttention)."""
         residual = x if positions is None else gather_rows(x, positions)
         if self.pre_norm:
-            x = residual + self.attention(self.attention_norm(x), mask, positions)
-            return x + self.ffn(self.ffn_norm(x))
-        x = self.attention_norm(residual + self.attention(x, mask, positions))
-        return self.ffn_norm(x + self.ffn(x))
+            attended, probs = self.attention(self.attention_norm(x), mask, positions, eager)
+            x = residual + attended
+            return x + self.ffn(self.ffn_norm(x)), probs
+        attended, probs = self.attention(x, mask, positions, eager)
+        x = self.attention_norm(residual + attended)
+        return self.ffn_norm(x + self.ffn(x)), probs
+
+
+class EncoderStates(NamedTuple):
+    """Every layer's output, for inspection (transformers' output_hidden_states / output_attentions)."""
+
+    hidden_states: tuple[torch.Tensor, ...]  # embeddings, then each layer: num_layers + 1 of (B, T, C); the last normed
+    attentions: tuple[torch.Tensor, ...] | None  # each layer's probabilities (B, nh, T, T), if asked for
 
 
 class Encoder(nn.Module):
@@ -168,17 +195,41 @@ class Encoder(nn.Module):
         self.embeddings = Embeddings(cfg, vocab_size)
         self.layer = nn.ModuleList(Layer(cfg) for _ in range(cfg.num_layers))
         self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps) if cfg.final_norm else nn.Identity()
+        # transformers' gradient_checkpointing_enable() sets these two: recompute each layer in backward.
+        self.gradient_checkpointing = False
+        self._gradient_checkpointing_func = None
 
     def forward(self, input_ids, attention_mask=None, positions=None) -> torch.Tensor:
         """Hidden states (B, T, C), or (B, k, C) at positions (B, k) only: then the last layer computes its
         queries and feed-forward for those rows alone (sparse prediction needs no other output)."""
-        # Padding is masked out as keys; padded query rows still compute (no NaN) and are ignored downstream.
-        mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
+        mask = self._key_mask(attention_mask)
         x = self.embeddings(input_ids)  # (B, T, C)
         for layer in self.layer[:-1]:
-            x = layer(x, mask)
-        x = self.layer[-1](x, mask, positions)  # (B, T or k, C)
+            x, _ = self._run(layer, x, mask)
+        x, _ = self._run(self.layer[-1], x, mask, positions)  # (B, T or k, C)
         return self.final_norm(x)
+
+    def states(self, input_ids, attention_mask=None, eager: bool = False) -> EncoderStates:
+        """The same computation as forward (all positions), keeping every layer's output, and each layer's
+        attention probabilities when `eager`."""
+        mask = self._key_mask(attention_mask)
+        hidden, attentions = [self.embeddings(input_ids)], []
+        for layer in self.layer:
+            x, probs = self._run(layer, hidden[-1], mask, None, eager)
+            hidden.append(x)
+            attentions.append(probs)
+        hidden[-1] = self.final_norm(hidden[-1])
+        return EncoderStates(tuple(hidden), tuple(attentions) if eager else None)
+
+    @staticmethod
+    def _key_mask(attention_mask):
+        # Padding is masked out as keys; padded query rows still compute (no NaN) and are ignored downstream.
+        return None if attention_mask is None else attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
+
+    def _run(self, layer, x, mask, positions=None, eager=False):
+        if self.gradient_checkpointing and self.training:
+            return self._gradient_checkpointing_func(layer.__call__, x, mask, positions, eager)
+        return layer(x, mask, positions, eager)
 
 
 class MaskedLMHead(nn.Module):

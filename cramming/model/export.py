@@ -6,6 +6,7 @@ as remote code: the training model's own file (crammed_bert.py) and its transfor
 config.json, loaded with `trust_remote_code=True`.
 """
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -37,6 +38,15 @@ def export_to_transformers(directory_in: str | os.PathLike, directory_out: str |
     else:
         _save_remote_code(model, directory_out)
     tokenizer.save_pretrained(directory_out)
+    _name_a_tokenizer_class_every_version_has(Path(directory_out) / "tokenizer_config.json")
+
+
+def _name_a_tokenizer_class_every_version_has(tokenizer_config: Path) -> None:
+    """transformers 5 records its tokenizer as `TokenizersBackend`, a class 4.x lacks; both load the same
+    tokenizer.json as `PreTrainedTokenizerFast`."""
+    settings = json.loads(tokenizer_config.read_text())
+    settings["tokenizer_class"] = "PreTrainedTokenizerFast"
+    tokenizer_config.write_text(json.dumps(settings, indent=2) + "\n")
 
 
 def is_bert_layout(cfg) -> bool:
@@ -120,8 +130,9 @@ def _native_bert_state(model, is_mlm: bool) -> dict[str, torch.Tensor]:
 
 _AUTO_MAP = {
     "AutoConfig": "configuration_crammed_bert.CrammedBertConfig",
-    "AutoModelForMaskedLM": "modeling_crammed_bert.CrammedBertForMaskedLM",
-    "AutoModelForSequenceClassification": "modeling_crammed_bert.CrammedBertForSequenceClassification",
+    "AutoModel": "modeling_crammed_bert.CrammedBertModel",
+    **{f"AutoModelFor{task}": f"modeling_crammed_bert.CrammedBertFor{task}" for task in (
+        "MaskedLM", "SequenceClassification", "TokenClassification", "QuestionAnswering", "MultipleChoice")},
 }
 
 
@@ -136,6 +147,7 @@ def _save_remote_code(model, directory) -> None:
         hf_model = modeling_crammed_bert.CrammedBertForSequenceClassification(config)
     hf_model.crammed.load_state_dict(model.state_dict(), strict=True)
     config.auto_map = _AUTO_MAP
+    config.tokenizer_class = "PreTrainedTokenizerFast"  # transformers 4.x pipelines load the tokenizer only then
     hf_model.save_pretrained(directory)
     for module in REMOTE_CODE:
         shutil.copyfile(module.__file__, Path(directory) / Path(module.__file__).name)

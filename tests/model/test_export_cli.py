@@ -38,3 +38,43 @@ def test_export_of_a_missing_checkpoint_is_one_line(tmp_path):
     )
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1] == f"error: ckpt={tmp_path / 'nope'}: no such directory"
+
+
+def test_push_to_hub_without_network_fails_in_one_line_after_a_complete_export(tmp_path, tokenizer):
+    """Tests run offline (HF_HUB_OFFLINE=1), as a user without network: the export is written and checked,
+    then the upload fails in one line that says how to upload it later."""
+    save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), VOCAB_SIZE), tmp_path / "ckpt", tokenizer)
+    run = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "export.py"), f"ckpt={tmp_path / 'ckpt'}",
+         f"out={tmp_path / 'hf'}", "push_to_hub=someone/my-cram"],
+        capture_output=True, text=True, timeout=300,
+    )
+    last = run.stderr.strip().splitlines()[-1]
+    assert run.returncode == 2 and "Traceback" not in run.stderr + run.stdout
+    assert last.startswith("error: push_to_hub=someone/my-cram: the upload failed (")
+    assert f"the export in {tmp_path / 'hf'} is complete: upload it later with `hf upload someone/my-cram" in last
+    assert AutoModelForMaskedLM.from_pretrained(tmp_path / "hf", trust_remote_code=True) is not None
+
+
+def test_push_to_hub_uploads_the_checked_folder(tmp_path, tokenizer, monkeypatch, capsys):
+    """Up to the network call, with the Hub (which cannot exist here) stood in for by recording HfApi."""
+    import huggingface_hub
+
+    from cramming.cli import export
+
+    calls = []
+
+    class Commit:
+        commit_url = "https://huggingface.co/someone/my-cram/commit/abc"
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", lambda self, repo_id, **kw: calls.append(("create", repo_id, kw)))
+    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder",
+                        lambda self, **kw: calls.append(("upload", kw["repo_id"], sorted(p.name for p in kw["folder_path"].iterdir()))) or Commit())
+    save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), VOCAB_SIZE), tmp_path / "ckpt", tokenizer)
+    monkeypatch.setattr(sys, "argv", ["export", f"ckpt={tmp_path / 'ckpt'}", f"out={tmp_path / 'hf'}",
+                                      "push_to_hub=someone/my-cram"])
+    export.main()
+    assert calls[0] == ("create", "someone/my-cram", {"exist_ok": True})
+    assert calls[1][:2] == ("upload", "someone/my-cram")
+    assert {"config.json", "model.safetensors", "tokenizer.json", "crammed_bert.py"} <= set(calls[1][2])
+    assert "uploaded to https://huggingface.co/someone/my-cram/commit/abc" in capsys.readouterr().out

@@ -212,6 +212,11 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("prepare_data", ["data=local", "cache_dir={cache}"], "data=local needs data.files=<a file, a glob"),
     # GLUE
     ("eval_glue", ["ckpt=/nope", "output_dir={root}/g"], "ckpt=/nope: no such directory"),
+    ("eval_glue", ["ckpt=hf:/nope", "output_dir={root}/g"], "ckpt=hf:/nope: no such folder"),
+    ("eval_glue", ["ckpt=hf:someone/not-on-this-machine", "output_dir={root}/g"],
+     "ckpt=hf:someone/not-on-this-machine: cannot load it ("),
+    ("eval_glue", ["ckpt=hf:", "output_dir={root}/g"], "ckpt=hf:: name a hub model (e.g. hf:bert-base-uncased)"),
+    ("eval_glue", ["ckpt=hf:{good}", "output_dir={root}/g"], "ckpt=hf:{good}: this is one of our checkpoints; score it with ckpt={good} (without hf:)"),
     ("eval_glue", ["output_dir={root}/g"], "ckpt is required: add ckpt=... to the command"),
     ("eval_glue", ["ckpt=latest", "runs_dir={corpus}", "output_dir={root}/g"], "ckpt=latest: no run with a complete "
                                                                                "checkpoint"),

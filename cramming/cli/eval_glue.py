@@ -3,6 +3,7 @@
 
     python eval_glue.py ckpt=outputs/<name>/<timestamp>/checkpoints/final
     python eval_glue.py ckpt=latest eval.tasks=[rte,mrpc] eval.data_dir=../shared/data/glue
+    python eval_glue.py ckpt=hf:bert-base-uncased          # any transformers encoder: hub id or local folder
 """
 
 from hydra.core.hydra_config import HydraConfig
@@ -16,7 +17,10 @@ from cramming.runs import resolve_checkpoint
 def main(cfg: EvalGlueConfig) -> None:
     from cramming.eval.run import run_glue
 
-    checkpoint = resolve_checkpoint(cfg.ckpt, cfg.runs_dir, key="ckpt")
+    from cramming.eval.encoders import HF_PREFIX
+
+    hub_or_folder = cfg.ckpt.startswith(HF_PREFIX)
+    checkpoint = cfg.ckpt if hub_or_folder else resolve_checkpoint(cfg.ckpt, cfg.runs_dir, key="ckpt")
     run_glue(cfg.eval, checkpoint, HydraConfig.get().runtime.output_dir)
 
 

@@ -7,7 +7,7 @@ to padding; evaluation batches are sorted by length outright, since their order 
 from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerBase
 
 from cramming.eval.data import GlueSplit
 
@@ -19,17 +19,20 @@ class EncodedSplit:
     input_ids: list[list[int]]  # [CLS] a [SEP] b [SEP], truncated, unpadded
     labels: torch.Tensor  # (N,) int64 class ids, or float32 scores for regression
     source: str = ""  # the file or hub split it came from, for messages
+    token_type_ids: list[list[int]] | None = None  # segment ids, for models that read them (BERT)
 
     def __len__(self) -> int:
         return len(self.input_ids)
 
 
 def encode_split(
-    split: GlueSplit, tokenizer: PreTrainedTokenizerFast, max_length: int, regression: bool
+    split: GlueSplit, tokenizer: PreTrainedTokenizerBase, max_length: int, regression: bool
 ) -> EncodedSplit:
+    """Segment ids are kept where the tokenizer's model reads them (its model_input_names)."""
     encoded = tokenizer(split.text_a, split.text_b, truncation=True, max_length=max_length)
     labels = torch.tensor(split.labels, dtype=torch.float32 if regression else torch.int64)
-    return EncodedSplit(encoded["input_ids"], labels, split.source)
+    token_types = encoded.get("token_type_ids") if "token_type_ids" in tokenizer.model_input_names else None
+    return EncodedSplit(encoded["input_ids"], labels, split.source, token_types)
 
 
 def subset(split: EncodedSplit, count: int, seed: int = 0) -> EncodedSplit:
@@ -37,7 +40,9 @@ def subset(split: EncodedSplit, count: int, seed: int = 0) -> EncodedSplit:
     if count >= len(split):
         return split
     chosen = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))[:count].sort().values
-    return EncodedSplit([split.input_ids[i] for i in chosen.tolist()], split.labels[chosen], split.source)
+    token_types = None if split.token_type_ids is None else [split.token_type_ids[i] for i in chosen.tolist()]
+    return EncodedSplit([split.input_ids[i] for i in chosen.tolist()], split.labels[chosen], split.source,
+                        token_types)
 
 
 def training_batches(
@@ -65,7 +70,8 @@ def evaluation_batches(split: EncodedSplit, batch_size: int) -> list[list[int]]:
 
 
 def collate(split: EncodedSplit, indices: list[int], pad_id: int) -> dict[str, torch.Tensor]:
-    """Pad to the longest example of the batch: input_ids and attention_mask (B, T), labels (B,)."""
+    """Pad to the longest example of the batch: input_ids, attention_mask and, where the split has them,
+    token_type_ids (B, T); labels (B,)."""
     rows = [split.input_ids[i] for i in indices]
     width = max(len(row) for row in rows)
     input_ids = torch.full((len(rows), width), pad_id, dtype=torch.int64)
@@ -73,4 +79,9 @@ def collate(split: EncodedSplit, indices: list[int], pad_id: int) -> dict[str, t
     for row_index, row in enumerate(rows):
         input_ids[row_index, : len(row)] = torch.tensor(row)
         attention_mask[row_index, : len(row)] = 1
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": split.labels[indices]}
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": split.labels[indices]}
+    if split.token_type_ids is not None:
+        batch["token_type_ids"] = torch.zeros((len(rows), width), dtype=torch.int64)
+        for row_index, i in enumerate(indices):
+            batch["token_type_ids"][row_index, : len(split.token_type_ids[i])] = torch.tensor(split.token_type_ids[i])
+    return batch

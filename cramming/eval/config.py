@@ -32,18 +32,22 @@ class GlueConfig:
     max_length: int = 128  # tokens per [CLS] a [SEP] b [SEP] example, longer ones are truncated
     dropout: float = 0.1
     max_train_examples: Optional[int] = None  # smoke runs only: a fixed random subset of each train split
+    # true: batch examples of similar length together (less padding, faster), but the batches are not the
+    # protocol's random ones, so it is reported as a deviation
+    length_bucketing: bool = False
     # --- execution: how the protocol is run (not reported as deviations) ---
     eval_batch_size: int = 128
-    length_bucketing: bool = True  # batch examples of similar length together (less padding, faster)
     precision: str = "auto"  # auto (bf16 on GPUs that have it, else fp16; fp32 on CPU) | fp32 | bf16 | fp16
     device: str = "auto"  # auto | cpu | cuda | cuda:<index>
+    baseline: Optional[str] = None  # an earlier glue_results.json: its scores become a row of the report
+    save_models: bool = False  # keep each fine-tuned classifier (transformers format) under <output_dir>/models/
     # Up to floor(fraction * rows) malformed rows of a TSV file are skipped and reported; more are an error.
     max_malformed_fraction: float = 0.001
 
 
 PROTOCOL_FIELDS = (
     "lr", "betas", "eps", "weight_decay", "batch_size", "epochs", "warmup_fraction", "max_length", "dropout",
-    "max_train_examples",
+    "max_train_examples", "length_bucketing",
 )  # fmt: skip
 
 

@@ -47,7 +47,7 @@ def finetune(
         for indices in batches:
             batch = _to_device(collate(train, indices, pad_id), device)
             with precision.autocast():
-                loss = classifier(batch["input_ids"], batch["attention_mask"], labels=batch["labels"]).loss
+                loss = classifier(**batch).loss
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
@@ -84,7 +84,8 @@ def evaluate(
     for indices in evaluation_batches(split, batch_size):
         batch = _to_device(collate(split, indices, pad_id), device)
         with precision.autocast():
-            logits = classifier(batch["input_ids"], batch["attention_mask"]).logits  # (B, num_labels)
+            inputs = {key: value for key, value in batch.items() if key != "labels"}
+            logits = classifier(**inputs).logits  # (B, num_labels)
         order += indices
         outputs.append(logits.float().cpu())
     in_split_order = torch.empty_like(torch.cat(outputs))

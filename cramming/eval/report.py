@@ -65,6 +65,7 @@ def _score_table(results: dict) -> list[str]:
         "| model | " + " | ".join(COLUMNS) + " |",
         "|---" * (len(COLUMNS) + 1) + "|",
         _row("**this checkpoint**", ours, our_average),
+        *_baseline_row(results.get("baseline")),
         *(_row(label, list(row[:-1]), _cell(row[-1])) for label, row in REFERENCE_ROWS.items()),
         "",
         "Metrics: CoLA Matthews correlation; STSB Pearson; MRPC and QQP F1; the rest accuracy.",
@@ -75,6 +76,17 @@ def _score_table(results: dict) -> list[str]:
             f"({', '.join(averaged) or 'none'}); the reference averages are over all nine and do not compare."
         )
     return lines
+
+
+def _baseline_row(baseline: Optional[dict]) -> list[str]:
+    """The earlier run of `eval.baseline`, in the same columns."""
+    if baseline is None:
+        return []
+    scores = baseline["scores"]
+    numbers = [scores[split][metric] if split in scores else None for split, metric in PROTOCOL_NUMBERS]
+    partial = len(baseline["glue_score_over"]) < len(PROTOCOL_NUMBERS)
+    average = _cell(baseline["glue_score"]) + ("*" if partial and baseline["glue_score_over"] else "")
+    return [_row(f"baseline: `{baseline['checkpoint']}`", numbers, average)]
 
 
 def _deviations(deviations: dict) -> list[str]:
@@ -90,6 +102,10 @@ def _task_row(name: str, task: dict) -> str:
         return f"| {name} | missing: {task['reason']} | | | |"
     examples = f"{task['train_examples']} / " + ", ".join(str(n) for n in task["eval_examples"].values())
     scores = format_scores(task["scores"], digits=1)
+    if len(task["seeds"]) > 1:
+        ranges = [f"{metric} {r['min']:.1f}–{r['max']:.1f} (sd {r['stdev']:.1f})"
+                  for split in task["spread"].values() for metric, r in split.items()]
+        scores += f"; over {len(task['seeds'])} seeds: " + ", ".join(ranges)
     return f"| {name} | ran | {scores} | {examples} | {task['wall_seconds']:.1f} s |"
 
 

@@ -1,6 +1,7 @@
 """The GLUE stage: fine-tune a fresh copy of a pretrained encoder on each task, score it, write the report."""
 
 import dataclasses
+import json
 import logging
 import math
 import statistics
@@ -9,24 +10,24 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import PreTrainedTokenizerFast
 
-from cramming.eval.data import GlueDataMissing, GlueTask, GlueTaskData, get_task, load_task
 from cramming.errors import CrammingError
 from cramming.eval.batching import encode_split, subset
 from cramming.eval.config import GlueConfig, as_glue_config, protocol_deviations
+from cramming.eval.data import GlueDataMissing, GlueTask, GlueTaskData, get_task, load_task
+from cramming.eval.encoders import PretrainedEncoder, open_encoder
 from cramming.eval.finetune import finetune
 from cramming.eval.metrics import PROTOCOL_NUMBERS, glue_average
 from cramming.eval.report import write_reports
-from cramming.model.checkpoint import build_classifier_from_pretrained, read_config
 from cramming.provenance import provenance
 from cramming.runtime import Precision, prepare_device, resolve_device
 
 log = logging.getLogger(__name__)
 
 
-def run_glue(eval_cfg: Any, checkpoint_dir: str | Path, output_dir: str | Path) -> dict:
-    """Run every task of `eval_cfg.tasks` that has data; write glue_results.{json,md} to output_dir.
+def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path) -> dict:
+    """Run every task of `eval_cfg.tasks` that has data on the encoder of `checkpoint` (our checkpoint
+    directory, or `hf:<hub id or transformers folder>`); write glue_results.{json,md} to output_dir.
 
     Tasks whose data is missing are reported as missing and the others still run.
     Returns the results as written to glue_results.json.
@@ -37,7 +38,10 @@ def run_glue(eval_cfg: Any, checkpoint_dir: str | Path, output_dir: str | Path) 
     device = resolve_device(cfg.device, "eval.device")
     precision = Precision.resolve(cfg.precision, device, "eval.precision")
     prepare_device(device)
-    tokenizer = _check_checkpoint(str(checkpoint_dir), cfg)
+    baseline = _read_baseline(cfg.baseline)
+    encoder = open_encoder(str(checkpoint), cfg.dropout)
+    if cfg.max_length > encoder.max_positions:
+        raise CrammingError(f"eval.max_length={cfg.max_length} exceeds the checkpoint's {encoder.max_positions} positions")
     data, task_results = _load_data(tasks, cfg)
 
     for name, task_data in data.items():
@@ -45,19 +49,20 @@ def run_glue(eval_cfg: Any, checkpoint_dir: str | Path, output_dir: str | Path) 
         capped = cfg.max_train_examples is not None and cfg.max_train_examples < len(task_data.train)
         using = f" (using {cfg.max_train_examples}: eval.max_train_examples)" if capped else ""
         log.info("%s: %d train examples%s, evaluation on %s", name, len(task_data.train), using, sizes)
-        task_results[name] = _run_task(task_data, tokenizer, str(checkpoint_dir), cfg, device, precision)
+        task_results[name] = _run_task(task_data, encoder, cfg, device, precision, Path(output_dir))
     task_results = {task.name: task_results[task.name] for task in tasks}  # in the requested order
 
     ran = [result for result in task_results.values() if result["status"] == "ran"]
     scores = {split: split_scores for result in ran for split, split_scores in result["scores"].items()}
     average, averaged = glue_average(scores)
     results = {
-        "checkpoint": str(checkpoint_dir),
+        "checkpoint": encoder.description,
         "scores_unit": "percent",
         "glue_score": average,
         "glue_score_over": averaged,
         "glue_score_missing": [split for split, _ in PROTOCOL_NUMBERS if split not in averaged],
         "scores": scores,
+        "baseline": baseline,
         "tasks": task_results,
         "hyperparameters": dataclasses.asdict(cfg),
         "protocol_deviations": protocol_deviations(cfg),
@@ -67,7 +72,7 @@ def run_glue(eval_cfg: Any, checkpoint_dir: str | Path, output_dir: str | Path) 
             "torch": torch.__version__,
         },
         "provenance": provenance(device),  # what ran the fine-tuning
-        "checkpoint_provenance": read_config(checkpoint_dir)[0].get("provenance"),  # what pretrained it
+        "checkpoint_provenance": encoder.provenance,  # what pretrained it, where known
         "wall_seconds": time.perf_counter() - started,
     }
     write_reports(results, Path(output_dir))
@@ -103,13 +108,23 @@ def _check(cfg: GlueConfig) -> list[GlueTask]:
     return [get_task(name) for name in cfg.tasks]
 
 
-def _check_checkpoint(checkpoint_dir: str, cfg: GlueConfig) -> PreTrainedTokenizerFast:
-    """Load the checkpoint once before any data is read, so a bad one fails fast; returns its tokenizer."""
-    probe, tokenizer = build_classifier_from_pretrained(checkpoint_dir, num_labels=2, dropout=cfg.dropout)
-    longest = probe.config.max_position_embeddings
-    if cfg.max_length > longest:
-        raise CrammingError(f"eval.max_length={cfg.max_length} exceeds the checkpoint's {longest} positions")
-    return tokenizer
+def _spread(values: list[float]) -> dict[str, float]:
+    deviation = statistics.stdev(values) if len(values) > 1 else 0.0
+    return {"min": min(values), "max": max(values), "stdev": deviation}
+
+
+def _read_baseline(path: str | None) -> dict | None:
+    """The scores of an earlier glue_results.json, to show beside this run's; read before any fine-tuning."""
+    if path is None:
+        return None
+    try:
+        earlier = json.loads(Path(path).read_text())
+        return {"checkpoint": earlier["checkpoint"], "scores": earlier["scores"],
+                "glue_score": earlier["glue_score"], "glue_score_over": earlier["glue_score_over"]}
+    except OSError as error:
+        raise CrammingError(f"eval.baseline={path}: cannot read it ({error.strerror})") from None
+    except (ValueError, KeyError, TypeError):
+        raise CrammingError(f"eval.baseline={path}: not a glue_results.json written by eval_glue") from None
 
 
 def _load_data(tasks: list[GlueTask], cfg: GlueConfig) -> tuple[dict[str, GlueTaskData], dict[str, dict]]:
@@ -129,16 +144,18 @@ def _load_data(tasks: list[GlueTask], cfg: GlueConfig) -> tuple[dict[str, GlueTa
 
 def _run_task(
     task_data: GlueTaskData,
-    tokenizer: PreTrainedTokenizerFast,
-    checkpoint_dir: str,
+    encoder: PretrainedEncoder,
     cfg: GlueConfig,
     device: torch.device,
     precision: Precision,
+    output_dir: Path,
 ) -> dict:
-    """Every seed of one task; the reported score of each metric is the median of the seeds' last epochs."""
+    """Every seed of one task; the reported score of each metric is the median of the seeds' last epochs,
+    with their spread (min, max, standard deviation) when there are several."""
     started = time.perf_counter()
     task = task_data.task
     regression = task.num_labels == 1
+    tokenizer = encoder.tokenizer
     train = encode_split(task_data.train, tokenizer, cfg.max_length, regression)
     if cfg.max_train_examples is not None:
         train = subset(train, cfg.max_train_examples)
@@ -149,20 +166,26 @@ def _run_task(
 
     histories = {}
     for seed in cfg.seeds:
-        torch.manual_seed(seed)  # the fresh head's initialization and dropout
-        classifier, _ = build_classifier_from_pretrained(checkpoint_dir, task.num_labels, dropout=cfg.dropout)
+        classifier = encoder.classifier(task.num_labels, cfg.dropout, seed)  # the head and dropout from the seed
         describe = f"{task.name} seed {seed}"
         pad_id = tokenizer.pad_token_id
         histories[seed] = finetune(classifier, train, evaluations, cfg, device, precision, seed, pad_id, describe)
+        if cfg.save_models:
+            encoder.save(classifier.cpu(), output_dir / "models" / f"{task.name}-seed{seed}")
     finals = [history[-1]["scores"] for history in histories.values()]
     scores = {
         split: {metric: statistics.median(final[split][metric] for final in finals) for metric in metrics}
+        for split, metrics in finals[0].items()
+    }
+    spread = {
+        split: {metric: _spread([final[split][metric] for final in finals]) for metric in metrics}
         for split, metrics in finals[0].items()
     }
     every_split = [task_data.train, *task_data.evaluations.values()]
     return {
         "status": "ran",
         "scores": scores,
+        "spread": spread,
         "seeds": {str(seed): history for seed, history in histories.items()},
         "train_examples": len(train),
         "train_examples_available": len(task_data.train),

@@ -2,9 +2,11 @@
 
 import random
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
+import torch
 
 from cramming.errors import CrammingError
 from cramming.eval.config import GlueConfig
@@ -89,13 +91,57 @@ def test_fine_tuning_beats_the_majority_class_and_writes_both_reports(synthetic,
     assert "| **this checkpoint** | –/– |" in (tmp_path / "glue_results.md").read_text()
 
 
-def test_seeds_report_the_median(synthetic, tmp_path):
+def test_seeds_report_the_median_and_the_spread(synthetic, tmp_path):
     data_dir, checkpoint = synthetic
     results = run_glue(_cfg(data_dir, seeds=[0, 1, 2], max_train_examples=32), checkpoint, tmp_path)
     seeds = results["tasks"]["sst2"]["seeds"]
     finals = sorted(seeds[seed][-1]["scores"]["sst2"]["accuracy"] for seed in ("0", "1", "2"))
     assert results["scores"]["sst2"]["accuracy"] == finals[1]
+    spread = results["tasks"]["sst2"]["spread"]["sst2"]["accuracy"]
+    assert (spread["min"], spread["max"]) == (finals[0], finals[2])
+    assert spread["stdev"] == pytest.approx(statistics.stdev(finals))
     assert results["tasks"]["sst2"]["train_examples"] == 32
+    report = (tmp_path / "glue_results.md").read_text()
+    assert "median over 3 seed(s) [0, 1, 2]" in report
+    assert f"over 3 seeds: accuracy {finals[0]:.1f}–{finals[2]:.1f} (sd {statistics.stdev(finals):.1f})" in report
+
+
+def test_length_bucketing_is_off_by_default_and_a_deviation_when_on(synthetic, tmp_path):
+    data_dir, checkpoint = synthetic
+    assert GlueConfig().length_bucketing is False
+    results = run_glue(_cfg(data_dir, length_bucketing=True, max_train_examples=32), checkpoint, tmp_path)
+    assert results["protocol_deviations"]["length_bucketing"] == {"protocol": False, "used": True}
+    assert "- `length_bucketing`: True (protocol: False)" in (tmp_path / "glue_results.md").read_text()
+
+
+def test_a_baseline_row_and_saved_models(synthetic, tmp_path):
+    data_dir, checkpoint = synthetic
+    earlier = run_glue(_cfg(data_dir, max_train_examples=32, seeds=[1]), checkpoint, tmp_path / "earlier")
+    results = run_glue(_cfg(data_dir, max_train_examples=32, save_models=True,
+                            baseline=str(tmp_path / "earlier" / "glue_results.json")), checkpoint, tmp_path / "now")
+    assert results["baseline"]["scores"] == earlier["scores"]
+    row = f"| baseline: `{checkpoint}` | –/– | {earlier['scores']['sst2']['accuracy']:.1f} |"
+    assert row in (tmp_path / "now" / "glue_results.md").read_text()
+
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    saved = tmp_path / "now" / "models" / "sst2-seed0"
+    model = AutoModelForSequenceClassification.from_pretrained(saved, trust_remote_code=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(saved, trust_remote_code=True)
+    dev = [row.split("\t") for row in (data_dir / "SST-2" / "dev.tsv").read_text().splitlines()[1:]]
+    with torch.no_grad():
+        logits = model(**tokenizer([text for text, _ in dev], padding=True, return_tensors="pt")).logits
+    accuracy = 100 * (logits.argmax(-1) == torch.tensor([int(label) for _, label in dev])).float().mean().item()
+    assert accuracy == pytest.approx(results["scores"]["sst2"]["accuracy"], abs=1e-3)  # the model that scored
+
+
+def test_a_bad_baseline_is_one_line(synthetic, tmp_path):
+    data_dir, checkpoint = synthetic
+    (tmp_path / "other.json").write_text("{}")
+    with pytest.raises(CrammingError, match="eval.baseline=.*other.json: not a glue_results.json"):
+        run_glue(_cfg(data_dir, baseline=str(tmp_path / "other.json")), checkpoint, tmp_path)
+    with pytest.raises(CrammingError, match="eval.baseline=/nowhere.json: cannot read it"):
+        run_glue(_cfg(data_dir, baseline="/nowhere.json"), checkpoint, tmp_path)
 
 
 def test_unknown_task_is_an_error(synthetic, tmp_path):

@@ -1,0 +1,135 @@
+"""Where GLUE's pretrained encoders come from: our checkpoints, or any transformers model
+(`ckpt=hf:<hub id or local folder>`), behind one interface so that both run the same protocol.
+
+A task's fresh head is drawn from the fine-tuning seed right before training, module by module in model
+order, with the model's own initialization: so our checkpoint and its export score the same.
+"""
+
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from cramming.errors import CrammingError
+from cramming.model.checkpoint import build_classifier_from_pretrained, read_config, save_pretrained
+from cramming.model.crammed_bert import init_module
+from cramming.model.export import export_to_transformers
+
+HF_PREFIX = "hf:"
+# The names transformers configs give dropout; eval.dropout sets each one a config has (BERT: hidden and
+# attention; classifier_dropout=None would fall back to hidden, set too; ours: `dropout` covers all).
+DROPOUT_KEYS = ("dropout", "hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout")
+
+
+def initialize_fresh(model: nn.Module, fresh: Iterable[str], init: Callable[[nn.Module], None], seed: int) -> None:
+    """Draw the parameters named in `fresh` (those no checkpoint provided) from `seed`: `init` on each module
+    owning one, in model order."""
+    fresh = set(fresh)
+    torch.manual_seed(seed)
+    for name, module in model.named_modules():
+        owned = (f"{name}.{key}" if name else key for key, _ in module.named_parameters(recurse=False))
+        if any(key in fresh for key in owned):
+            init(module)
+
+
+@dataclasses.dataclass
+class PretrainedEncoder:
+    """One source of encoders for every task and seed."""
+
+    description: str  # what the results name as the checkpoint
+    tokenizer: PreTrainedTokenizerBase
+    max_positions: int
+    provenance: dict | None  # what pretrained it, where known
+    load: Callable[[int, float], tuple[nn.Module, list[str], Callable[[nn.Module], None]]]
+    save: Callable[[nn.Module, Path], None]  # a fine-tuned classifier, as a transformers folder
+
+    @property
+    def uses_token_types(self) -> bool:
+        """Segment ids for sentence pairs, where the tokenizer makes them (BERT); our models have none."""
+        return "token_type_ids" in self.tokenizer.model_input_names
+
+    def classifier(self, num_labels: int, dropout: float, seed: int) -> nn.Module:
+        """The encoder with a fresh classification head drawn from `seed`; `dropout` throughout."""
+        model, fresh, init = self.load(num_labels, dropout)
+        initialize_fresh(model, fresh, init, seed)
+        return model
+
+
+def open_encoder(reference: str, dropout: float) -> PretrainedEncoder:
+    """`hf:<id or folder>` through transformers' Auto classes; anything else is our checkpoint directory."""
+    if reference.startswith(HF_PREFIX):
+        return _transformers_encoder(reference.removeprefix(HF_PREFIX), dropout)
+    return _cramming_encoder(reference, dropout)
+
+
+def _cramming_encoder(directory: str, dropout: float) -> PretrainedEncoder:
+    def load(num_labels, dropout):
+        model, _ = build_classifier_from_pretrained(directory, num_labels, dropout=dropout)
+        fresh = [name for name, _ in model.named_parameters() if name.startswith("head.")]
+        return model, fresh, lambda module: init_module(module, model.config)
+
+    probe, tokenizer = build_classifier_from_pretrained(directory, num_labels=2, dropout=dropout)  # fails fast
+    # Our models have no segment embeddings: pairs are told apart by [SEP] alone.
+    tokenizer.model_input_names = ["input_ids", "attention_mask"]
+    def save(model, folder):
+        with tempfile.TemporaryDirectory() as checkpoint:
+            save_pretrained(model, checkpoint, tokenizer)
+            export_to_transformers(checkpoint, folder)
+
+    return PretrainedEncoder(directory, tokenizer, probe.config.max_position_embeddings,
+                             read_config(directory)[0].get("provenance"), load, save)
+
+
+def _transformers_encoder(reference: str, dropout: float) -> PretrainedEncoder:
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    key = f"ckpt={HF_PREFIX}{reference}"
+    if not reference:
+        raise CrammingError(f"{key}: name a hub model (e.g. hf:bert-base-uncased) or a local transformers folder")
+    folder = Path(reference).expanduser()
+    if reference.startswith(("/", ".", "~")) and not folder.is_dir():
+        raise CrammingError(f"{key}: no such folder")
+    if _is_our_checkpoint(folder):
+        raise CrammingError(f"{key}: this is one of our checkpoints; score it with ckpt={reference} (without hf:)")
+
+    def load(num_labels, dropout):
+        config = _attempt(key, AutoConfig.from_pretrained, reference, num_labels=num_labels, trust_remote_code=True)
+        config.problem_type = "regression" if num_labels == 1 else "single_label_classification"
+        for name in DROPOUT_KEYS:
+            if hasattr(config, name):
+                setattr(config, name, dropout)
+        model, info = _attempt(key, AutoModelForSequenceClassification.from_pretrained, reference, config=config,
+                               trust_remote_code=True, output_loading_info=True)
+        return model, info["missing_keys"], model._init_weights
+
+    tokenizer = _attempt(key, AutoTokenizer.from_pretrained, reference, trust_remote_code=True)
+    config = _attempt(key, AutoConfig.from_pretrained, reference, trust_remote_code=True)
+    positions = getattr(config, "max_position_embeddings", None) or tokenizer.model_max_length
+    load(2, dropout)  # fails fast, before any data is read
+    def save(model, folder):
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    return PretrainedEncoder(f"{HF_PREFIX}{reference}", tokenizer, positions, None, load, save)
+
+
+def _is_our_checkpoint(folder: Path) -> bool:
+    try:
+        return json.loads((folder / "config.json").read_text()).get("format") == "cramming"
+    except (OSError, ValueError, AttributeError):  # no such file, not JSON, not an object: not ours
+        return False
+
+
+def _attempt(key: str, load: Callable, *args, **kwargs):
+    """transformers' loaders raise OSError, ValueError or hub errors for a missing, unreachable or unknown
+    model: one line naming the reference."""
+    try:
+        return load(*args, **kwargs)
+    except (OSError, ValueError, KeyError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CrammingError(f"{key}: cannot load it ({reason})") from None

@@ -68,7 +68,6 @@ def finetune(
     return history
 
 
-@torch.inference_mode()
 def evaluate(
     classifier: torch.nn.Module,
     split: EncodedSplit,
@@ -79,6 +78,22 @@ def evaluate(
     pad_id: int,
 ) -> dict[str, float]:
     """Scores of the classifier on one evaluation split (dropout off)."""
+    outputs = predict(classifier, split, name, batch_size, device, precision, pad_id)
+    return metrics.score(name, outputs.numpy(), split.labels.numpy())
+
+
+@torch.inference_mode()
+def predict(
+    classifier: torch.nn.Module,
+    split: EncodedSplit,
+    name: str,
+    batch_size: int,
+    device: torch.device,
+    precision: Precision,
+    pad_id: int,
+) -> torch.Tensor:
+    """The classifier's outputs (N, num_labels) in the split's order (dropout off); non-finite ones are an
+    error naming the task and the file."""
     classifier.eval()
     order, outputs = [], []
     for indices in evaluation_batches(split, batch_size):
@@ -93,7 +108,7 @@ def evaluate(
     if not torch.isfinite(in_split_order).all():
         raise CrammingError(f"{name}: the model's outputs on {split.source or 'its evaluation split'} are not finite "
                             "(the fine-tuning diverged); no score is reported")
-    return metrics.score(name, in_split_order.numpy(), split.labels.numpy())
+    return in_split_order
 
 
 def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:

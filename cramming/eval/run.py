@@ -17,6 +17,7 @@ from cramming.eval.config import GlueConfig, as_glue_config, protocol_deviations
 from cramming.eval.data import GlueDataMissing, GlueTask, GlueTaskData, get_task, load_task
 from cramming.eval.encoders import PretrainedEncoder, open_encoder
 from cramming.eval.finetune import finetune
+from cramming.eval.submission import write_test_predictions, zip_submission
 from cramming.eval.metrics import PROTOCOL_NUMBERS, glue_average
 from cramming.eval.report import write_reports
 from cramming.provenance import provenance
@@ -75,6 +76,8 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path) -> d
         "checkpoint_provenance": encoder.provenance,  # what pretrained it, where known
         "wall_seconds": time.perf_counter() - started,
     }
+    if cfg.predict_test:
+        results["submission"] = zip_submission(Path(output_dir))
     write_reports(results, Path(output_dir))
     shown = "n/a" if average is None else f"{average:.2f}"
     log.info("GLUE score %s over %s; wrote %s/glue_results.{json,md}", shown, ", ".join(averaged), output_dir)
@@ -164,12 +167,15 @@ def _run_task(
         for name, split in task_data.evaluations.items()
     }
 
-    histories = {}
+    histories, predictions = {}, None
     for seed in cfg.seeds:
         classifier = encoder.classifier(task.num_labels, cfg.dropout, seed)  # the head and dropout from the seed
         describe = f"{task.name} seed {seed}"
         pad_id = tokenizer.pad_token_id
         histories[seed] = finetune(classifier, train, evaluations, cfg, device, precision, seed, pad_id, describe)
+        if cfg.predict_test and seed == cfg.seeds[0]:
+            predictions = write_test_predictions(task, classifier, tokenizer, cfg, device, precision,
+                                                 output_dir / "submission")
         if cfg.save_models:
             encoder.save(classifier.cpu(), output_dir / "models" / f"{task.name}-seed{seed}")
     finals = [history[-1]["scores"] for history in histories.values()]
@@ -186,6 +192,7 @@ def _run_task(
         "status": "ran",
         "scores": scores,
         "spread": spread,
+        "test_predictions": predictions,
         "seeds": {str(seed): history for seed, history in histories.items()},
         "train_examples": len(train),
         "train_examples_available": len(task_data.train),

@@ -3,6 +3,7 @@
 import random
 import shutil
 import statistics
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -176,3 +177,33 @@ def test_bad_checkpoints_are_one_line_errors(synthetic, tmp_path, damage, messag
     with pytest.raises(CrammingError, match=message) as error:
         run_glue(_cfg(data_dir), damaged, tmp_path / "out")
     assert "\n" not in str(error.value)
+
+
+def test_test_predictions_become_a_submission_zip(synthetic, tmp_path):
+    """Test splits in the classic layout (an id column, no labels): here the dev texts, so the predicted
+    labels must score exactly what the dev set scored."""
+    data_dir, checkpoint = synthetic
+    glue = shutil.copytree(data_dir, tmp_path / "glue")
+    dev = [row.split("\t") for row in (glue / "SST-2" / "dev.tsv").read_text().splitlines()[1:]]
+    (glue / "SST-2" / "test.tsv").write_text("index\tsentence\n" + "".join(f"{i}\t{text}\n" for i, (text, _) in enumerate(dev)))
+    cfg = _cfg(glue, tasks=["sst2", "stsb"], max_train_examples=32, predict_test=True)
+    results = run_glue(cfg, checkpoint, tmp_path / "out")
+    assert results["tasks"]["stsb"]["test_predictions"]["stsb"].startswith("missing: ")
+    with zipfile.ZipFile(results["submission"]) as zipped:
+        assert zipped.namelist() == ["SST-2.tsv"]
+        lines = zipped.read("SST-2.tsv").decode().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == len(dev) + 1
+    predicted = [line.split("\t") for line in lines[1:]]
+    assert [index for index, _ in predicted] == [str(i) for i in range(len(dev))]
+    accuracy = 100 * sum(label == gold for (_, label), (_, gold) in zip(predicted, dev)) / len(dev)
+    assert accuracy == pytest.approx(results["scores"]["sst2"]["accuracy"])
+
+
+def test_server_label_strings():
+    from cramming.eval.data import get_task
+    from cramming.eval.submission import label_strings
+
+    outputs = torch.tensor([[0.1, 0.9, 0.0], [2.0, 0.0, 1.0]])
+    assert label_strings(get_task("mnli"), outputs) == ["neutral", "entailment"]
+    assert label_strings(get_task("rte"), outputs[:, :2]) == ["not_entailment", "entailment"]
+    assert label_strings(get_task("stsb"), torch.tensor([[-0.5], [2.25], [7.0]])) == ["0.000", "2.250", "5.000"]

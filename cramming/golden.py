@@ -18,7 +18,6 @@ from cramming.model.checkpoint import load_pretrained
 
 PRETRAIN_FILE, GLUE_FILE = "pretrain-tiny.json", "glue-rte-subset.json"
 CHECKED_STEPS = (1, 5, 10, 20, 30, 40, 50, 60)
-VALIDATION_ROWS = 256  # the last rows of the stored order; the run reads fewer than num_rows - 256 rows
 # Relative tolerance of the losses and the weight norm: far above what floating-point noise moves in 60
 # steps, far below what a change to training moves (both measured: docs/reproduce.md).
 TOLERANCE = 2e-5
@@ -66,7 +65,7 @@ def run_pretraining(workdir: Path, extra_overrides: tuple[str, ...] = ()) -> tup
     from cramming.data.prepare import prepare_dataset
     from cramming.train.config import PretrainConfig  # noqa: F401  (registers the schemas)
     from cramming.train.trainer import pretrain
-    from cramming.train.validation import validation_loss
+    from cramming.train.validation import validate
 
     corpus = workdir / "corpus.txt"
     if not corpus.exists():  # written once per workdir: its prepared dataset is then reused from the cache
@@ -78,7 +77,7 @@ def run_pretraining(workdir: Path, extra_overrides: tuple[str, ...] = ()) -> tup
     checkpoint = run_dir / "checkpoints" / "final"
     model, _ = load_pretrained(checkpoint)
     dataset, _ = prepare_dataset(OmegaConf.to_object(cfg.data), cfg.cache_dir)
-    loss = validation_loss(model, dataset, VALIDATION_ROWS, cfg.train.mlm_rate, cfg.train.seed)
+    loss = validate(model, dataset, cfg.train.mlm_rate)["val_loss"]  # the held-out rows (data.validation_rows)
     norm = math.sqrt(sum(float(parameter.detach().double().square().sum()) for parameter in model.parameters()))
     numbers = {"losses": {str(step): records[step] for step in CHECKED_STEPS}, "validation_loss": round(loss, 6),
                "weight_norm": round(norm, 6)}

@@ -166,6 +166,16 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("pretrain", [*TINY, "checkpoint.keep_last=-1"], "checkpoint.keep_last=-1 must not be negative"),
     ("pretrain", [*TINY, "logging.every_steps=0"], "logging.every_steps=0 must be at least 1"),
     ("pretrain", [*TINY, "wandb.mode=cloud"], "wandb.mode='cloud' must be one of disabled, offline, online"),
+    ("pretrain", [*TINY, "logging.progress=fancy"], "logging.progress='fancy' must be auto, bar or lines"),
+    ("pretrain", [*TINY, "train.validation.fractions=[0.5,1.0]"], "train.validation.fractions=[0.5, 1.0] must each "
+                                                                  "be in (0, 1)"),
+    ("pretrain", [*TINY, "train.validation.early_stop_loss=5"], "train.validation.early_stop_fraction and "
+                                                                "train.validation.early_stop_loss go together"),
+    ("pretrain", [*TINY, "train.validation.early_stop_fraction=0.3", "train.validation.early_stop_loss=5"],
+     "train.validation.early_stop_fraction=0.3 must be one of train.validation.fractions=[0.25, 0.5, 0.75]"),
+    ("pretrain", [*TINY, "train.validation.early_stop_fraction=0.5", "train.validation.early_stop_loss=-1"],
+     "train.validation.early_stop_loss=-1.0 must be positive and finite"),
+    ("pretrain", [*TINY, "data.validation_rows=-1"], "data.validation_rows=-1 must not be negative"),
     # data and architecture settings
     ("pretrain", [*TINY, "data.max_doc_chars=0"], "data.max_doc_chars=0 must be at least 1"),
     ("pretrain", [*TINY, "data.seq_length=256"], "data.seq_length=256 exceeds arch.max_position_embeddings=128"),

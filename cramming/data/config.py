@@ -57,6 +57,9 @@ class DataConfig:
     seq_length: int = 128
     ordering: str = "shuffle"  # shuffle | frequency_curriculum | corpus
     seed: int = 0
+    # The last rows of the stored order, never trained on: the validation curve's slice (at most a quarter
+    # of the rows; 0: no validation). Part of the cache key, so every run on this dataset sees the same.
+    validation_rows: int = 256
     # Execution only (not part of the cache key): batch size of text handed to the tokenizer.
     batch_mb: float = 2.0
 

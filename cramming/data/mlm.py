@@ -12,21 +12,23 @@ IGNORE_INDEX = -100  # label of every position that is not predicted
 
 
 class PackedRows(Dataset):
-    """Rows in training order: position p is stored row order[p mod N].
+    """Rows in the stored order: position p is stored row order[p mod N], N the training rows (the held-out
+    validation rows at the end of the order are never reached), or every row with `held_out=True`.
 
     Positions past the end wrap around into the next epoch; the collator seeds masks by position, so
     every epoch masks the same rows differently.
     """
 
-    def __init__(self, dataset: PreparedDataset):
+    def __init__(self, dataset: PreparedDataset, held_out: bool = False):
         self.rows = dataset.rows()
         self.order = dataset.order()
+        self.length = dataset.num_rows if held_out else dataset.training_rows
 
     def __len__(self) -> int:
-        return len(self.order)
+        return self.length
 
     def __getitem__(self, position: int) -> dict:
-        return {"position": position, "input_ids": np.asarray(self.rows[self.order[position % len(self.order)]])}
+        return {"position": position, "input_ids": np.asarray(self.rows[self.order[position % self.length]])}
 
     def batch(self, start: int, size: int) -> list[dict]:
         return [self[position] for position in range(start, start + size)]

@@ -55,6 +55,7 @@ def check_data_config(cfg: DataConfig) -> None:
         (cfg.seq_length >= 2, f"data.seq_length={cfg.seq_length} must be at least 2"),
         (cfg.batch_mb > 0, f"data.batch_mb={cfg.batch_mb} must be positive"),
         (cfg.max_doc_chars >= 1, f"data.max_doc_chars={cfg.max_doc_chars} must be at least 1"),
+        (cfg.validation_rows >= 0, f"data.validation_rows={cfg.validation_rows} must not be negative (0: no validation)"),
         (cfg.max_documents is None or cfg.max_documents >= 1,
          f"data.max_documents={cfg.max_documents} must be null or at least 1"),
         (filters.min_chars >= 0, f"data.filter.min_chars={filters.min_chars} must not be negative"),

@@ -104,6 +104,16 @@ class PreparedDataset:
     def order(self) -> np.ndarray:
         return np.load(self.path / ORDER_FILE, mmap_mode="r")
 
+    @property
+    def held_out_rows(self) -> int:
+        """Rows at the end of the stored order that training never reads (data.validation_rows, at most a
+        quarter of the rows, so a small corpus still trains on most of itself)."""
+        return min(self.meta["config"].get("validation_rows", 0), self.num_rows // 4)
+
+    @property
+    def training_rows(self) -> int:
+        return self.num_rows - self.held_out_rows
+
 
 def remove_stale_builds(final_dir: Path) -> None:
     """Delete temporary build directories of this dataset left by processes that no longer exist."""

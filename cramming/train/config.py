@@ -23,6 +23,17 @@ class OptimConfig:
 
 
 @dataclass
+class ValidationConfig:
+    """The validation curve on the dataset's held-out rows (data.validation_rows; 0 turns it off)."""
+
+    fractions: list[float] = field(default_factory=lambda: [0.25, 0.5, 0.75])  # of training; and at the end
+    # Early termination (off by default), as the paper discarded bad runs: stop a run whose validation loss
+    # at or after this fraction of training is above early_stop_loss. Both set, or neither.
+    early_stop_fraction: Optional[float] = None
+    early_stop_loss: Optional[float] = None
+
+
+@dataclass
 class TrainConfig:
     name: str = MISSING
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -38,6 +49,7 @@ class TrainConfig:
     mlm_rate: float = 0.25
     seed: int = 0
     max_nonfinite_steps: int = 10  # stop after this many non-finite losses in a row
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
 
 
 @dataclass
@@ -49,6 +61,9 @@ class CheckpointConfig:
 @dataclass
 class LoggingConfig:
     every_steps: int = 10  # optimizer steps between console lines and metrics.jsonl records
+    # console: auto (a progress bar on a terminal, plain lines otherwise) | bar | lines; the log file
+    # always gets the lines
+    progress: str = "auto"
 
 
 @dataclass

@@ -50,6 +50,12 @@ class Distributed:
             value /= self.world_size
         return value
 
+    def sum(self, value: torch.Tensor) -> torch.Tensor:
+        if self.enabled:
+            value = value.clone()
+            dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        return value
+
     def average_gradients(self, model: torch.nn.Module) -> None:
         if self.enabled:
             for parameter in model.parameters():

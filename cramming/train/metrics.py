@@ -5,6 +5,7 @@ Each record also carries the hardware telemetry of its interval (see telemetry.p
 
 import json
 import logging
+import math
 import time
 from pathlib import Path
 
@@ -18,6 +19,11 @@ from cramming.train.telemetry import TelemetrySampler
 from cramming.train.wandb_logger import WandbLogger
 
 log = logging.getLogger("pretrain")
+
+
+def finite(value: float, digits: int = 5) -> float | None:
+    """A figure for a record: rounded, or None (JSON null) where a diverging run made it inf or NaN."""
+    return round(value, digits) if math.isfinite(value) else None
 
 
 def format_duration(seconds: float) -> str:
@@ -48,7 +54,8 @@ class MetricsLog:
 
     def record(self, *, step: int, microbatches: int, tokens: int, elapsed: float, remaining: float,
                budget_fraction: float, loss: float, lr: float, batch_size: int, nonfinite: int,
-               telemetry: dict) -> dict:
+               grad_norm: float, clipped_fraction: float | None, telemetry: dict,
+               validation: dict | None = None) -> dict:
         now = time.perf_counter()
         interval = now - self.last_time
         tokens_per_s = (tokens - self.last_tokens) / interval if interval > 0 else None
@@ -65,18 +72,31 @@ class MetricsLog:
             "tokens_per_s": round(tokens_per_s, 1) if tokens_per_s else None,
             "mfu": round(mfu, 4) if mfu is not None else None,
             "nonfinite_skipped": nonfinite,
+            "grad_norm": finite(grad_norm),  # mean over the interval's steps, before clipping
+            "clipped_fraction": clipped_fraction,  # of those steps (None without grad_clip)
+            **{key: finite(value) for key, value in (validation or {}).items()},
             **telemetry,
         }
         with open(self.path, "a") as handle:
             handle.write(json.dumps(record) + "\n")
         eta = time.strftime("%H:%M", time.localtime(time.time() + remaining))
         log.info(
-            "step %d | budget %.1f%% used, %s left (ETA %s) | loss %.4f | lr %.2e | batch %d | %s tok/s | MFU %s%s",
-            step, 100 * budget_fraction, format_duration(remaining), eta, loss, lr, batch_size,
+            "step %d | budget %.1f%% used, %s left (ETA %s) | loss %.4f%s | lr %.2e | batch %d | grad norm %.3g | "
+            "%s tok/s | MFU %s%s",
+            step, 100 * budget_fraction, format_duration(remaining), eta, loss,
+            f" (validation {validation['val_loss']:.4f})" if validation else "", lr, batch_size, grad_norm,
             f"{tokens_per_s:,.0f}" if tokens_per_s else "-", f"{100 * mfu:.1f}%" if mfu is not None else "n/a",
             _hardware(telemetry),
         )
         return record
+
+    def amend_last(self, extra: dict) -> None:
+        """Add keys to the last record (a validation at the step of the record just written)."""
+        records = read_records(self.path)
+        records[-1].update({key: finite(value) for key, value in extra.items()})
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(record) + "\n" for record in records))
+        tmp.replace(self.path)
 
 
 _CONSOLE = (("gpu_util", "GPU {:.0f}%"), ("gpu_mem_gb", "{:.1f} GiB"), ("gpu_temp_c", "{:.0f}°C"),
@@ -96,18 +116,20 @@ class MetricsLogger(Callback):
     """Rank 0's record of the run: the mean loss of the steps since the last record (skipped steps have
     none), with lr, batch, throughput and telemetry, every `every_steps` steps and once at the end.
 
-    The loss is summed on the device and read only when a record is written, so logging does not wait
-    for the GPU at every step. The partial sum rides in checkpoints: a resumed run writes the same records.
+    The loss, gradient norm and clipped count are summed on the device and read only when a record is
+    written, so logging does not wait for the GPU at every step. The partial sums ride in checkpoints: a
+    resumed run writes the same records. A validation (state.validation) goes into the next record.
     """
 
     name = "metrics"
 
     def __init__(self, metrics: MetricsLog, every_steps: int, sequences_per_microbatch: int,
-                 sampler: TelemetrySampler, wandb: WandbLogger, device: torch.device):
+                 sampler: TelemetrySampler, wandb: WandbLogger, device: torch.device, grad_clip: float | None):
         self.metrics, self.every_steps, self.sequences_per_microbatch = metrics, every_steps, sequences_per_microbatch
-        self.sampler, self.wandb = sampler, wandb
-        self.loss_sum = torch.zeros((), device=device)
-        self.steps = 0  # steps in loss_sum
+        self.sampler, self.wandb, self.grad_clip = sampler, wandb, grad_clip
+        self.sums = torch.zeros(3, device=device)  # loss, grad norm, clipped steps
+        self.steps = 0  # steps in sums
+        self.last_record: dict | None = None  # for the progress bar
         self.first_steps: list[tuple[float, int]] = []  # (seconds, microbatches) of this process's first steps
         self.step_started = 0.0
 
@@ -121,31 +143,42 @@ class MetricsLogger(Callback):
         if len(self.first_steps) < TIMED_FIRST_STEPS:
             self.first_steps.append((state.clock.elapsed - self.step_started, state.step_microbatches))
         if state.step_applied:
-            self.loss_sum += state.step_loss
+            clipped = state.grad_norm > self.grad_clip if self.grad_clip else torch.zeros((), device=self.sums.device)
+            self.sums += torch.stack([state.step_loss.float(), state.grad_norm.float(), clipped.float()])
             self.steps += 1
-        if state.progress.step % self.every_steps == 0 and self.steps:
+        if (state.progress.step % self.every_steps == 0 or state.validation) and self.steps:
             self._write(state)
 
     def on_train_end(self, state: TrainState, reason: str) -> None:
         if self.steps:
             self._write(state)
+        elif state.validation:  # validated at the step of the last record
+            self.metrics.amend_last(state.validation)
+            self.wandb.log({"step": state.progress.step, **state.validation})
+            state.validation = None
 
     def _write(self, state: TrainState) -> None:
         progress, clock = state.progress, state.clock
+        loss, grad_norm, clipped = (self.sums / self.steps).tolist()
         record = self.metrics.record(
             step=progress.step, microbatches=progress.microbatches, tokens=progress.tokens,
             elapsed=clock.elapsed, remaining=clock.remaining, budget_fraction=clock.fraction,
-            loss=(self.loss_sum / self.steps).item(), lr=state.lr,
-            batch_size=state.step_microbatches * self.sequences_per_microbatch,
-            nonfinite=progress.nonfinite_total, telemetry=self.sampler.read(),
+            loss=loss, lr=state.lr, batch_size=state.step_microbatches * self.sequences_per_microbatch,
+            nonfinite=progress.nonfinite_total, grad_norm=grad_norm,
+            clipped_fraction=round(clipped, 4) if self.grad_clip else None, telemetry=self.sampler.read(),
+            validation=state.validation,
         )
         self.wandb.log(record)
-        self.loss_sum.zero_()
+        self.last_record = record
+        self.sums.zero_()
         self.steps = 0
+        state.validation = None
 
     def state_dict(self) -> dict:
-        return {"loss_sum": self.loss_sum.item(), "steps": self.steps} if self.steps else {}
+        return {"sums": self.sums.tolist(), "steps": self.steps} if self.steps else {}
 
     def load_state_dict(self, state: dict) -> None:
-        self.loss_sum.fill_(state["loss_sum"])
+        # checkpoints written before gradient norms were logged hold the loss sum alone
+        sums = state["sums"] if "sums" in state else [state["loss_sum"], 0.0, 0.0]
+        self.sums.copy_(torch.tensor(sums))
         self.steps = state["steps"]

@@ -30,7 +30,8 @@ def _time_axis(records: list[dict]) -> tuple[list[float], str]:
 
 
 def _save(panels: list[tuple], path: Path, title: str) -> Path:
-    """Draw one figure of panels, two to a row, each (x, x label, y, y label); None values are skipped."""
+    """Draw one figure of panels, two to a row, each (x, x label, y, y label); y is one series or a dict of
+    labelled series (a legend is drawn); None values are skipped."""
     columns, rows = min(len(panels), 2), (len(panels) + 1) // 2
     figure = Figure(figsize=(5.5 * columns, 4 * rows), layout="constrained")
     FigureCanvasAgg(figure)
@@ -38,8 +39,13 @@ def _save(panels: list[tuple], path: Path, title: str) -> Path:
     for axes in grid[len(panels):]:
         axes.set_visible(False)
     for axes, (x, x_label, y, y_label) in zip(grid, panels):
-        points = [(a, b) for a, b in zip(x, y) if b is not None]
-        axes.plot([a for a, _ in points], [b for _, b in points], linewidth=1.2)
+        for label, series in (y.items() if isinstance(y, dict) else [(None, y)]):
+            points = [(a, b) for a, b in zip(x, series) if b is not None]
+            sparse = len(points) < len(x) / 2  # e.g. the validation curve: mark its few points
+            axes.plot([a for a, _ in points], [b for _, b in points], linewidth=1.2, label=label,
+                      marker="o" if sparse else None)
+        if isinstance(y, dict):
+            axes.legend()
         axes.set_xlabel(x_label)
         axes.set_ylabel(y_label)
         axes.grid(alpha=0.3)
@@ -49,7 +55,8 @@ def _save(panels: list[tuple], path: Path, title: str) -> Path:
 
 
 def plot_run(run_dir: Path) -> list[Path]:
-    """loss.png, schedules.png, throughput.png and hardware.png (where telemetry was logged) under plots/."""
+    """loss.png (with the validation curve), schedules.png, gradients.png, throughput.png and hardware.png
+    (where telemetry was logged) under plots/."""
     records = read_records(run_dir / "metrics.jsonl")
     if not records:
         return []
@@ -62,12 +69,18 @@ def plot_run(run_dir: Path) -> list[Path]:
         return [r.get(key) for r in records]
 
     title = f"{run_dir.parent.name}/{run_dir.name}"
+    validated = any("val_loss" in record for record in records)
+    losses = {"training": column("loss"), "validation": column("val_loss")} if validated else column("loss")
     written = [
-        _save([(time, time_label, column("loss"), "MLM loss"), (tokens, "tokens", column("loss"), "MLM loss")],
-              out / "loss.png", title),
+        _save([(time, time_label, losses, "MLM loss"), (tokens, "tokens", losses, "MLM loss")], out / "loss.png", title),
         _save([(time, time_label, column("lr"), "learning rate"),
                (time, time_label, column("batch_size"), "batch size (sequences)")], out / "schedules.png", title),
     ]
+    if any(value is not None for value in column("grad_norm")):
+        gradients = [(time, time_label, column("grad_norm"), "gradient norm (before clipping)")]
+        if any(value is not None for value in column("clipped_fraction")):
+            gradients.append((time, time_label, column("clipped_fraction"), "fraction of steps clipped"))
+        written.append(_save(gradients, out / "gradients.png", title))
     throughput = [(time, time_label, column("tokens_per_s"), "tokens/s")]
     if any(value is not None for value in column("mfu")):
         throughput.append((time, time_label, [m * 100 if m is not None else None for m in column("mfu")], "MFU (%)"))

@@ -64,7 +64,7 @@ def device_profile(settings: Settings) -> GpuProfile:
 
 def check_train_config(cfg) -> None:
     """Every value in its domain, before any data is prepared: one line naming the first that is not."""
-    train, optim, impl = cfg.train, cfg.train.optim, cfg.impl
+    train, optim, impl, validation = cfg.train, cfg.train.optim, cfg.impl, cfg.train.validation
     arch = as_model_config(cfg.arch)
     check_data_config(OmegaConf.to_object(cfg.data) if OmegaConf.is_config(cfg.data) else cfg.data)
     masked = round(train.mlm_rate * cfg.data.seq_length)
@@ -100,6 +100,19 @@ def check_train_config(cfg) -> None:
          f"checkpoint.interval_minutes={cfg.checkpoint.interval_minutes} must be positive"),
         (cfg.checkpoint.keep_last >= 0, f"checkpoint.keep_last={cfg.checkpoint.keep_last} must not be negative"),
         (cfg.logging.every_steps >= 1, f"logging.every_steps={cfg.logging.every_steps} must be at least 1"),
+        (cfg.logging.progress in ("auto", "bar", "lines"),
+         f"logging.progress={cfg.logging.progress!r} must be auto, bar or lines"),
+        (all(0 < f < 1 for f in validation.fractions),
+         f"train.validation.fractions={list(validation.fractions)} must each be in (0, 1) (the end is always validated)"),
+        ((validation.early_stop_fraction is None) == (validation.early_stop_loss is None),
+         "train.validation.early_stop_fraction and train.validation.early_stop_loss go together: set both or neither"),
+        (validation.early_stop_fraction is None or validation.early_stop_fraction in validation.fractions,
+         f"train.validation.early_stop_fraction={validation.early_stop_fraction} must be one of "
+         f"train.validation.fractions={list(validation.fractions)} (the check runs at a validation)"),
+        (validation.early_stop_loss is None or (math.isfinite(validation.early_stop_loss) and validation.early_stop_loss > 0),
+         f"train.validation.early_stop_loss={validation.early_stop_loss} must be positive and finite"),
+        (validation.early_stop_fraction is None or cfg.data.validation_rows > 0,
+         "train.validation.early_stop_* needs a validation slice: data.validation_rows is 0"),
     ]
     for ok, problem in rules:
         if not ok:

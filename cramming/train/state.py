@@ -38,3 +38,5 @@ class TrainState:
     step_loss: torch.Tensor | None = None  # mean loss, on the device (reading it would wait for the GPU)
     step_microbatches: int = 0  # microbatches run: fewer than planned when the budget ended mid-step
     step_applied: bool = False  # False when a non-finite loss skipped the step
+    grad_norm: torch.Tensor | None = None  # of the applied step, before clipping, on the device
+    validation: dict | None = None  # figures of a validation just run, for the next metrics record

@@ -87,8 +87,8 @@ class TrainStep:
             return False
         progress.nonfinite_in_a_row = 0
         self.scaler.unscale_(optimizer)
-        if self.grad_clip:
-            torch.nn.utils.clip_grad_norm_(state.model.parameters(), self.grad_clip)
+        # The norm before clipping, for the metrics record (left on the device: reading it would wait).
+        state.grad_norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), self.grad_clip or float("inf"))
         self.callbacks.before_optimizer_step(state)
         self.scaler.step(optimizer)
         self.scaler.update()

@@ -16,6 +16,10 @@ class StoppingRule:
     max_steps: int | None
     clock: BudgetClock
     interrupt: GracefulStop = field(default_factory=GracefulStop)
+    early_stop: str | None = None  # why the validation curve stopped the run (train.validation.early_stop_*)
+
+    def stop_early(self, why: str) -> None:
+        self.early_stop = why
 
     def fraction(self, step: int) -> float:
         if self.progress == "steps":
@@ -27,9 +31,11 @@ class StoppingRule:
 
     def done(self, step: int) -> bool:
         return (self.fraction(step) >= 1.0 or self.clock.expired() or self.at_max_steps(step)
-                or self.interrupt.requested)
+                or self.interrupt.requested or self.early_stop is not None)
 
     def reason(self, step: int) -> str:
         if self.interrupt.requested:
             return "interrupted"
+        if self.early_stop is not None:
+            return "early_stop"
         return "max_steps" if self.at_max_steps(step) else "budget"

@@ -41,6 +41,22 @@ def smoothed_loss(records: list[dict]) -> float | None:
     return sum(tail) / len(tail)
 
 
+def validation_summary(records: list[dict], held_out_rows: int, seconds: float, wall_budget: float) -> dict | None:
+    """The validation curve of the records: each point, the first and the last (None without validation)."""
+    points = [{"step": r["step"], "budget_fraction": round(min(r["elapsed"] / wall_budget, 1.0), 4),
+               "loss": r["val_loss"], "accuracy": r["val_accuracy"]} for r in records if "val_loss" in r]
+    if not held_out_rows:
+        return None
+    return {
+        "held_out_rows": held_out_rows,
+        "curve": points,
+        "first_loss": points[0]["loss"] if points else None,
+        "final_loss": points[-1]["loss"] if points else None,
+        "final_accuracy": points[-1]["accuracy"] if points else None,
+        "seconds": round(seconds, 3),  # this process, off the budget clock
+    }
+
+
 def compile_seconds(first_steps: list[tuple[float, int]]) -> float | None:
     """How much longer the first step took than its microbatches take later: compilation and warm-up.
 
@@ -63,13 +79,15 @@ def peak_memory_gb(device: torch.device) -> float:
 def build_summary(*, records: list[dict], stop_reason: str, progress: dict, budget_hours: float,
                   wall_budget: float, session_training_s: float, session_wall_s: float,
                   first_steps: list[tuple[float, int]], peak_memory: float, energy_wh: float | None,
-                  flops_per_token: float, peak_tflops: float | None, microbatch: dict, provenance: dict) -> dict:
+                  flops_per_token: float, peak_tflops: float | None, microbatch: dict, provenance: dict,
+                  held_out_rows: int = 0, validation_s: float = 0.0, stop_detail: str | None = None) -> dict:
     elapsed = progress["elapsed"]
     tokens_per_s = progress["tokens"] / elapsed if elapsed > 0 else None
     mfu = model_flops_utilization(tokens_per_s, flops_per_token, peak_tflops) if tokens_per_s else None
     compiled = compile_seconds(first_steps)
     return {
-        "stop_reason": stop_reason,  # budget | max_steps | non-finite | interrupted | error
+        "stop_reason": stop_reason,  # budget | max_steps | early_stop | non-finite | interrupted | error
+        "stop_detail": stop_detail,  # why, for early_stop
         "tokens": progress["tokens"],
         "steps": progress["step"],
         "microbatches": progress["microbatches"],
@@ -77,6 +95,7 @@ def build_summary(*, records: list[dict], stop_reason: str, progress: dict, budg
         "microbatch_source": microbatch["source"],
         "final_loss": records[-1]["loss"] if records else None,
         "smoothed_loss": smoothed_loss(records),
+        "validation": validation_summary(records, held_out_rows, validation_s, wall_budget),
         "mean_tokens_per_s": round(tokens_per_s, 1) if tokens_per_s else None,
         "mean_mfu": round(mfu, 4) if mfu is not None else None,
         "nonfinite_skipped": progress["nonfinite_total"],

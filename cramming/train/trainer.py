@@ -5,6 +5,7 @@ Training: the loop (train.loop) runs the step (train.step) under the stopping ru
 calls the callbacks at its named points: techniques first, then the metrics record and the checkpoints.
 """
 
+import contextlib
 import json
 import logging
 import time
@@ -13,6 +14,7 @@ from typing import Sequence
 
 import torch
 from omegaconf import OmegaConf
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from cramming.data.prepare import prepare_dataset
 from cramming.data.store import PreparedDataset
@@ -34,12 +36,14 @@ from cramming.train.loop import Schedule, run_loop
 from cramming.train.metrics import MetricsLog, MetricsLogger, format_duration
 from cramming.train.microbatch import choose_microbatch
 from cramming.train.plots import plot_run
+from cramming.train.progress_bar import ProgressBar, use_bar
 from cramming.train.settings import Settings, check_train_config, device_profile, device_type, resolve_settings
 from cramming.train.state import Progress, TrainState
 from cramming.train.step import NonFiniteLossError, TrainStep
 from cramming.train.stopping import StoppingRule
 from cramming.train.summary import build_summary, peak_memory_gb, read_records, write_summary
 from cramming.train.telemetry import TelemetrySampler
+from cramming.train.validation import Validation
 from cramming.train.wandb_logger import WandbLogger
 
 log = logging.getLogger("pretrain")
@@ -112,22 +116,27 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
         metrics = MetricsLog(run_dir / "metrics.jsonl", progress.step if cfg.resume else None, progress.tokens,
                              flops_per_token, settings.profile.peak_tflops)
         logger = MetricsLogger(metrics, cfg.logging.every_steps, sequences,
-                               TelemetrySampler(settings.device).start(), wandb, settings.device)
-    recorded = CallbackList([*techniques, *([logger] if logger else [])])  # their state rides in checkpoints
+                               TelemetrySampler(settings.device).start(), wandb, settings.device,
+                               cfg.train.optim.grad_clip)
+    stopping = StoppingRule(cfg.train.progress, cfg.train.max_steps, clock)
+    validation = _validation(cfg, dataset, settings, dist, stopping)
+    # techniques, then the validation curve, then the record of both; their state rides in checkpoints
+    recorded = CallbackList([*techniques, *validation, *([logger] if logger else [])])
     if saved:
         recorded.load_state_dict(saved.get("callbacks", {}))
     checkpointer = Checkpointer(cfg.checkpoint, tokenizer, scaler, fingerprint, recorded, dist.is_main,
                                 run_provenance, last_good=checkpoint)
     heartbeat = [Heartbeat(run_dir)] if dist.is_main else []
-    callbacks = CallbackList([*recorded.callbacks, *heartbeat, checkpointer])
-    stopping = StoppingRule(cfg.train.progress, cfg.train.max_steps, clock)
+    bar = [ProgressBar(logger, stopping)] if dist.is_main and use_bar(cfg.logging.progress) else []
+    callbacks = CallbackList([*recorded.callbacks, *bar, *heartbeat, checkpointer])
     step = TrainStep(_network(model, settings, dist), scaler, settings.precision, dist, stream, callbacks,
                      stopping, cfg.train)
 
     stop_reason = "error"
     try:
         try:
-            with stopping.interrupt:  # Ctrl-C / SIGTERM: stop after the step, with a checkpoint
+            # Ctrl-C / SIGTERM: stop after the step, with a checkpoint; log lines go above a progress bar
+            with stopping.interrupt, logging_redirect_tqdm() if bar else contextlib.nullcontext():
                 stop_reason = run_loop(state, step, stopping, Schedule(cfg.train, sequences), callbacks, dist,
                                        sequences * seq_length)
         except (NonFiniteLossError, NonFiniteWeightsError) as error:
@@ -140,13 +149,18 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
             stop_reason = "interrupted"
             raise
         finally:  # however training ended, leave its record (rank 0)
+            for progress_bar in bar:
+                progress_bar.close()
             if dist.is_main:
                 summary = _leave_record(cfg, state, logger, wandb, settings, stop_reason, flops_per_token,
-                                        time.perf_counter() - started, microbatch_source, run_provenance)
+                                        time.perf_counter() - started, microbatch_source, run_provenance,
+                                        dataset, stopping.early_stop)
         if stop_reason == "interrupted":
             written = f"checkpoint {checkpointer.newest}" if checkpointer.newest else "no checkpoint yet"
             raise Interrupted(f"stopped at step {progress.step}; {written}; to go on, run the same command with "
                               f"resume={run_dir}", stopping.interrupt.signum)
+        if stopping.early_stop:
+            log.warning("stopped early: %s", stopping.early_stop)
         log.info("done: %d steps, %s tokens, %s of training, %d non-finite steps skipped; final checkpoint %s",
                  progress.step, f"{progress.tokens:,}", format_duration(progress.elapsed),
                  progress.nonfinite_total, run_dir / "checkpoints" / FINAL)
@@ -156,6 +170,20 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
         if wandb is not None:
             wandb.finish(failed=stop_reason not in ("budget", "max_steps"))
     return run_dir
+
+
+def _validation(cfg, dataset: PreparedDataset, settings: Settings, dist: Distributed,
+                stopping: StoppingRule) -> list[Callback]:
+    """The validation curve, where the dataset holds rows out for it."""
+    if not dataset.held_out_rows:
+        log.info("validation: off (data.validation_rows=0)")
+        return []
+    rule = cfg.train.validation
+    early = (rule.early_stop_fraction, rule.early_stop_loss) if rule.early_stop_fraction is not None else None
+    log.info("validation: %d held-out rows, at %s of training and at the end%s", dataset.held_out_rows,
+             ", ".join(f"{100 * f:.0f}%" for f in rule.fractions) or "none",
+             f"; early stop above loss {early[1]} from {100 * early[0]:.0f}%" if early else "")
+    return [Validation(dataset, cfg.train.mlm_rate, settings.precision, dist, stopping, list(rule.fractions), early)]
 
 
 def _run_directory(cfg, dist: Distributed, checkpoint: Path | None, progress: Progress) -> Path:
@@ -202,7 +230,7 @@ def _network(model: torch.nn.Module, settings: Settings, dist: Distributed) -> t
 
 def _leave_record(cfg, state: TrainState, logger: MetricsLogger, wandb: WandbLogger, settings: Settings,
                   stop_reason: str, flops_per_token: float, session_wall_s: float, microbatch_source: str,
-                  run_provenance: dict) -> dict:
+                  run_provenance: dict, dataset: PreparedDataset, early_stop: str | None) -> dict:
     """Stop the telemetry, then write summary.json and the plots and hand the summary to W&B."""
     energy = logger.sampler.energy_wh()
     logger.sampler.stop()
@@ -214,6 +242,7 @@ def _leave_record(cfg, state: TrainState, logger: MetricsLogger, wandb: WandbLog
         first_steps=logger.first_steps, peak_memory=peak_memory_gb(settings.device), energy_wh=energy,
         flops_per_token=flops_per_token, peak_tflops=settings.profile.peak_tflops,
         microbatch={"size": settings.microbatch_size, "source": microbatch_source}, provenance=run_provenance,
+        held_out_rows=dataset.held_out_rows, validation_s=clock.paused_seconds, stop_detail=early_stop,
     )
     write_summary(run_dir / "summary.json", summary)
     plot_run(run_dir)

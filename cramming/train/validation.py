@@ -1,28 +1,105 @@
-"""MLM loss on rows that training has not read: the last positions of the stored order."""
+"""The validation curve: masked-LM loss and accuracy on the held-out rows of the dataset (the last
+data.validation_rows of the stored order, never trained on), at fixed fractions of the budget and at the
+end, and the optional early stop of a run whose validation loss is too high.
+
+The slice and its masks are fixed (masks seeded by position with VALIDATION_SEED, whatever train.seed),
+so runs on the same dataset are compared on the same tokens. Validation time is kept off the budget clock.
+"""
+
+import logging
 
 import torch
 
-from cramming.data.mlm import MLMCollator, PackedRows
+from cramming.data.mlm import IGNORE_INDEX, MLMCollator, PackedRows
 from cramming.data.store import PreparedDataset
+from cramming.runtime import Precision
+from cramming.train.callbacks import Callback
+from cramming.train.distributed import Distributed
+from cramming.train.state import TrainState
+from cramming.train.stopping import StoppingRule
+
+log = logging.getLogger("pretrain")
+VALIDATION_SEED = 0
+BATCH_SIZE = 32
 
 
 @torch.no_grad()
-def validation_loss(model: torch.nn.Module, dataset: PreparedDataset, rows: int, mlm_rate: float, seed: int,
-                    batch_size: int = 32) -> float:
-    """Mean loss over the masked tokens of the last `rows` rows of the stored order, masked as training
-    masks them (seeded by position), with the model in eval mode. Held out only while training has
-    read fewer than num_rows - rows rows (it reads the order from the start)."""
-    packed = PackedRows(dataset)
-    collate = MLMCollator(dataset.meta["vocab_size"], mlm_rate=mlm_rate, seed=seed)
+def validate(model: torch.nn.Module, dataset: PreparedDataset, mlm_rate: float, precision: Precision | None = None,
+             dist: Distributed | None = None, batch_size: int = BATCH_SIZE) -> dict[str, float]:
+    """{"val_loss", "val_accuracy"} over the masked tokens of the held-out rows, the model in eval mode.
+    Under torchrun each rank takes every world_size-th batch and the sums are reduced."""
+    packed = PackedRows(dataset, held_out=True)
+    collate = MLMCollator(dataset.meta["vocab_size"], mlm_rate=mlm_rate, seed=VALIDATION_SEED)
     device = next(model.parameters()).device
+    rank, world = (dist.rank, dist.world_size) if dist is not None else (0, 1)
     was_training = model.training
     model.eval()
-    total, targets = 0.0, 0
-    for start in range(len(packed) - rows, len(packed), batch_size):
-        batch = collate(packed.batch(start, min(batch_size, len(packed) - start)))
+    sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss x targets, correct, targets
+    starts = range(dataset.training_rows, dataset.num_rows, batch_size)
+    for start in list(starts)[rank::world]:
+        batch = collate(packed.batch(start, min(batch_size, dataset.num_rows - start)))
         batch = {key: value.to(device) for key, value in batch.items()}
-        count = int((batch["labels"] != -100).sum())
-        total += model(**batch).loss.item() * count  # the loss is a mean over this batch's targets
-        targets += count
+        with precision.autocast() if precision is not None else torch.autocast(device.type, enabled=False):
+            out = model(**batch)
+        labels = batch["labels"]
+        if out.logits.shape[1] != labels.shape[1]:  # sparse prediction: logits at the masked positions only
+            labels = labels.gather(1, batch["masked_positions"])
+        targets = labels != IGNORE_INDEX
+        count = targets.sum()
+        sums += torch.stack([out.loss.double() * count, (out.logits.argmax(-1)[targets] == labels[targets]).sum(),
+                             count]).double()
     model.train(was_training)
-    return total / targets
+    if dist is not None:
+        sums = dist.sum(sums)
+    loss_sum, correct, targets = sums.tolist()
+    return {"val_loss": loss_sum / targets, "val_accuracy": correct / targets}
+
+
+class Validation(Callback):
+    """Validates when training passes each of `fractions` of its progress and once at the end; the figures
+    go into the next metrics record (state.validation). With `early_stop` (fraction, loss), a run whose
+    validation loss at or after that fraction exceeds the loss stops there."""
+
+    name = "validation"
+
+    def __init__(self, dataset: PreparedDataset, mlm_rate: float, precision: Precision, dist: Distributed,
+                 stopping: StoppingRule, fractions: list[float], early_stop: tuple[float, float] | None):
+        self.dataset, self.mlm_rate, self.precision, self.dist = dataset, mlm_rate, precision, dist
+        self.stopping, self.fractions, self.early_stop = stopping, sorted(fractions), early_stop
+        self.passed: list[float] = []  # fractions validated at (kept in checkpoints)
+        self.last_step = -1
+
+    def after_step(self, state: TrainState) -> None:
+        fraction = self.stopping.fraction(state.progress.step)
+        due = [f for f in self.fractions if f <= fraction and f not in self.passed]
+        if self.dist.any(bool(due), state.device):  # every rank validates its share, at the same step
+            self.passed += [f for f in self.fractions if f <= fraction and f not in self.passed]
+            self._run(state, f"at {100 * max(due or [fraction]):.0f}% of training")
+            self._check_early_stop(state, fraction)
+
+    def on_train_end(self, state: TrainState, reason: str) -> None:
+        if reason != "interrupted" and self.last_step != state.progress.step:
+            self._run(state, "at the end")
+
+    def _run(self, state: TrainState, when: str) -> None:
+        with state.clock.paused():
+            state.validation = validate(state.model, self.dataset, self.mlm_rate, self.precision, self.dist)
+        self.last_step = state.progress.step
+        log.info("validation %s (step %d): loss %.4f, accuracy %.2f%%", when, state.progress.step,
+                 state.validation["val_loss"], 100 * state.validation["val_accuracy"])
+
+    def _check_early_stop(self, state: TrainState, fraction: float) -> None:
+        if self.early_stop is None:
+            return
+        at, limit = self.early_stop
+        loss = state.validation["val_loss"]
+        if fraction >= at and loss > limit:
+            self.stopping.stop_early(f"validation loss {loss:.4f} at {100 * fraction:.0f}% of training is above "
+                                     f"train.validation.early_stop_loss={limit} (checked from "
+                                     f"train.validation.early_stop_fraction={at})")
+
+    def state_dict(self) -> dict:
+        return {"passed": self.passed}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.passed = list(state["passed"])

@@ -22,7 +22,7 @@ def dataset(tmp_path_factory):
 
 def test_ranks_read_disjoint_rows_of_each_global_microbatch(dataset):
     ranks = [Microbatches(dataset, 4, rank, 2, mlm_rate=0.25, seed=0) for rank in range(2)]
-    assert len(ranks[0]) == dataset.num_rows // 8
+    assert len(ranks[0]) == dataset.training_rows // 8  # the held-out validation rows are never read
     for index in range(3):
         rows = [microbatches.rows.batch((index * 2 + rank) * 4, 4) for rank, microbatches in enumerate(ranks)]
         positions = [[row["position"] for row in part] for part in rows]

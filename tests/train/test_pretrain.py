@@ -112,12 +112,24 @@ def test_quickstart_leaves_summary_plots_and_a_wandb_run_and_two_runs_overlay(ca
     assert made_by["dataset"].startswith("embedded-") and len(made_by["config_sha256"]) == 64
     assert json.loads((run_dir / "checkpoints/final/config.json").read_text())["provenance"] == made_by
     assert all(r["cpu_util"] >= 0 and r["rss_gb"] > 0 for r in lines)  # telemetry rides along in each record
-    panels = {"loss": 2, "schedules": 2, "throughput": 1, "hardware": 2}  # no MFU panel without a peak FLOP/s
+    # the validation curve: the held-out rows at 25/50/75% of the budget and at the end, in the records too
+    curve = facts["validation"]["curve"]
+    assert facts["validation"]["held_out_rows"] == 226  # the embedded corpus' 904 rows: capped at a quarter
+    assert [point["step"] for point in curve] == [r["step"] for r in lines if "val_loss" in r]
+    assert len(curve) == 4 and curve[-1]["budget_fraction"] == 1.0
+    fraction_before = {b["step"]: a["elapsed"] / facts["budget_wall_s"] for a, b in zip(lines, lines[1:])}
+    for f, point in zip((0.25, 0.5, 0.75), curve):  # at the first step that ends past f
+        assert fraction_before[point["step"]] < f <= point["budget_fraction"], (f, point)
+    assert facts["validation"]["first_loss"] > facts["validation"]["final_loss"]  # the model is learning
+    assert 0 < facts["validation"]["final_accuracy"] < 1 and facts["validation"]["seconds"] > 0
+    assert all(r["grad_norm"] > 0 and 0 <= r["clipped_fraction"] <= 1 for r in lines)  # every logging step
+    panels = {"loss": 2, "schedules": 2, "gradients": 2, "throughput": 1, "hardware": 2}  # no MFU panel: no peak
     assert {path.stem: png_size(path) for path in (run_dir / "plots").glob("*.png")} == {
         name: (550 * count, 400) for name, count in panels.items()}
     (records_file,) = (run_dir / "wandb").glob("offline-run-*/*.wandb")  # ready for `wandb sync`
     logged = records_file.read_bytes()  # protobuf records: their keys and JSON values are plain text
-    for expected in (b"batch_ramp_fraction", b"tokens_per_s", b"cpu_util", b"summary/final_loss",
+    for expected in (b"batch_ramp_fraction", b"tokens_per_s", b"cpu_util", b"val_loss", b"grad_norm",
+                     b"summary/final_loss",
                      b"summary/stop_reason", json.dumps(facts["final_loss"]).encode()):
         assert expected in logged, expected  # the config, the metrics, the summary
 

@@ -39,9 +39,9 @@ def test_glue_fine_tuning_matches_its_golden_numbers(golden_run, workdir):
     "arch.init_scheme=scaled",  # initialization
     "train.mlm_rate=0.24",  # mask rate
     "train.lr_schedule=linear",  # schedule
-    "train.optim.betas=[0.9,0.99]",  # an optimizer default
-    "train.optim.weight_decay=0.02",  # another, with a small effect in 60 steps
-    "train.optim.eps=1e-8",  # and another
+    # an optimizer default, the one with the smallest effect in 60 steps (betas and eps move the curve
+    # 6-20x more; all eight changes measured in docs/reproduce.md)
+    "train.optim.weight_decay=0.02",
     "data.tokenizer.vocab_size=500",  # the tokenizer
     "data.seed=1",  # the data order
 ])

@@ -98,13 +98,6 @@ TASKS: dict[str, GlueTask] = {
 }
 
 
-# The GLUE server's file names and test files/hub splits, by EvalSplit.name.
-SUBMISSION_FILES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP",
-                    "mnli-m": "MNLI-m", "mnli-mm": "MNLI-mm", "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
-TEST_SPLITS = {"mnli-m": ("test_matched.tsv", "test_matched"), "mnli-mm": ("test_mismatched.tsv", "test_mismatched")}
-TEST_ID_COLUMNS = ("index", "id", "idx")
-
-
 def get_task(name: str) -> GlueTask:
     if name not in TASKS:
         raise CrammingError(f"unknown GLUE task '{name}'; known tasks: {', '.join(TASKS)}")
@@ -137,7 +130,7 @@ class GlueDataMissing(Exception):
     """A task's files are absent or the hub is out of reach: the task is reported as missing, the rest run."""
 
 
-def _lines(path: Path):
+def lines(path: Path):
     """Yield (line number, line without its line ending); splits on "\\n" only, drops a UTF-8 BOM."""
     with open(path, encoding="utf-8-sig", newline="\n") as file:
         for number, line in enumerate(file, start=1):
@@ -155,7 +148,7 @@ def read_tsv_split(path: Path, task: GlueTask, max_malformed_fraction: float) ->
     first_problem = ""
     header = task.implied_header
     try:
-        for number, line in _lines(path):
+        for number, line in lines(path):
             fields = line.split("\t")
             if header is None:
                 header = tuple(fields)
@@ -238,49 +231,6 @@ def load_hub_split(task: GlueTask, split: str, labelled: bool = True) -> GlueSpl
         raise CrammingError(f"{source}: some labels are not finite numbers")
     return GlueSplit(text_a=list(dataset[first]), text_b=list(dataset[second]) if second else None, labels=labels,
                      source=source)
-
-
-@dataclass
-class TestSplit:
-    """An unlabelled test split: what the GLUE server scores."""
-
-    ids: list[str]
-    examples: GlueSplit  # labels are placeholders (0)
-
-
-def load_test_split(task: GlueTask, split: EvalSplit, data_dir: Optional[str]) -> TestSplit:
-    """The test counterpart of an evaluation split: `test.tsv` (MNLI: test_{mis,}matched.tsv), whose header
-    names an id column and the text columns, or the hub's test split. GlueDataMissing if absent."""
-    file, hub_split = TEST_SPLITS.get(split.name, ("test.tsv", "test"))
-    first, second = task.tsv_text_columns if data_dir is not None else task.hub_text_columns
-    if data_dir is None:
-        dataset = load_hub_split(task, hub_split, labelled=False)
-        return TestSplit([str(i) for i in range(len(dataset))], dataset)
-    path = Path(data_dir) / task.folder / file
-    if not path.is_file():
-        raise GlueDataMissing(f"{path} not found")
-    rows = list(_lines(path))
-    if not rows:
-        raise CrammingError(f"{path}: empty file")
-    header = rows[0][1].split("\t")
-    id_column = next((name for name in TEST_ID_COLUMNS if name in header), None)
-    absent = [name for name in (id_column, first, second) if name is not None and name not in header]
-    if id_column is None or absent:
-        raise CrammingError(f"{path}, line 1: the header needs an id column ({'/'.join(TEST_ID_COLUMNS)}) and "
-                            f"{', '.join(name for name in (first, second) if name)}")
-    ids, text_a, text_b = [], [], []
-    for number, line in rows[1:]:
-        fields = line.split("\t")
-        if len(fields) != len(header):
-            raise CrammingError(f"{path}, line {number}: expected {len(header)} tab-separated fields, found "
-                                f"{len(fields)} (every test row needs a prediction, none may be skipped)")
-        ids.append(fields[header.index(id_column)])
-        text_a.append(fields[header.index(first)])
-        if second is not None:
-            text_b.append(fields[header.index(second)])
-    if not ids:
-        raise CrammingError(f"{path}: no examples (only a header)")
-    return TestSplit(ids, GlueSplit(text_a, text_b if second else None, [0] * len(ids), str(path)))
 
 
 def load_task(task: GlueTask, data_dir: Optional[str], max_malformed_fraction: float) -> GlueTaskData:

@@ -189,3 +189,15 @@ def test_native_bert_export_keeps_the_dropout_it_trained_with(tmp_path, tokenize
     config = BertConfig.from_pretrained(tmp_path / "hf")
     assert config.hidden_dropout_prob == config.attention_probs_dropout_prob == 0.1
     assert config.layer_norm_eps == model.config.norm_eps and config.hidden_act == "gelu"
+
+
+def test_the_version_check_passes_here_and_catches_a_difference(tmp_path, capsys):
+    """scripts/check_export.sh runs `check` in other transformers versions; here, in the installed one."""
+    from cramming.model.export_check import check, make
+
+    make(tmp_path)
+    assert check(tmp_path) == 0 and "same outputs" in capsys.readouterr().out
+    reference = torch.load(tmp_path / "reference.pt")
+    reference["mlm_logits"][0, 0, 0] += 1e-3
+    torch.save(reference, tmp_path / "reference.pt")
+    assert check(tmp_path) == 1 and "mlm_logits: max |difference| 1.00e-03" in capsys.readouterr().out

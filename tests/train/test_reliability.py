@@ -3,7 +3,6 @@ reaches a checkpoint, a tampered dataset cache, resuming into output_dir, crash 
 budget, Ctrl-C and SIGTERM, a torn metrics line."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -40,6 +40,17 @@ def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(run_dir / "checkpoints" / "final" / "model.safetensors")
 
 
+def kill_tree(process: subprocess.Popen) -> None:
+    """SIGKILL a launcher and every process under it at once, as a crash of the machine would: torchrun
+    starts each rank in a session of its own, so killing the launcher's process group misses them."""
+    launcher = psutil.Process(process.pid)
+    victims = [launcher, *launcher.children(recursive=True)]
+    for victim in victims:
+        victim.send_signal(signal.SIGKILL)
+    psutil.wait_procs(victims, timeout=30)
+    process.wait()
+
+
 def wait_for(path_glob: str, root: Path, process: subprocess.Popen, timeout: float = 300) -> None:
     deadline = time.time() + timeout
     while not list(root.glob(path_glob)):
@@ -64,8 +75,7 @@ def test_torchrun_killed_and_resumed_matches_an_uninterrupted_run(cache_dir, tmp
     assert straight.returncode == 0, straight.stdout + straight.stderr
     victim = run_cli(*STEP_RUN, f"output_dir={tmp_path / 'b'}", launcher=TORCHRUN, start_new_session=True)
     wait_for("t/*/checkpoints/step-00000003", tmp_path / "b", victim)
-    os.killpg(victim.pid, signal.SIGKILL)  # the launcher and both ranks at once
-    victim.wait()
+    kill_tree(victim)
     resumed = run_cli(*STEP_RUN, f"output_dir={tmp_path / 'b'}", "resume=latest", launcher=TORCHRUN)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     a, b = only_run(tmp_path / "a"), only_run(tmp_path / "b")
@@ -181,10 +191,20 @@ def test_a_torn_last_metrics_line_is_dropped_on_resume(cache_dir, tmp_path, capl
     assert [r["step"] for r in records(run_dir)] == list(range(1, 9))
 
 
+SIGNALLED_RUN = [*STEP_RUN, "train.max_steps=40", "checkpoint.interval_minutes=100"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    """The run the signalled ones must end up equal to (computed once for both signals)."""
+    output_dir = tmp_path_factory.mktemp("uninterrupted")
+    return pretrain(compose_config(SIGNALLED_RUN + [f"output_dir={output_dir}", f"cache_dir={output_dir / 'cache'}"]))
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_stops_after_the_step_with_a_checkpoint_and_the_run_resumes_exactly(cache_dir, tmp_path, signum):
-    arguments = [*STEP_RUN, "train.max_steps=40", "checkpoint.interval_minutes=100"]
-    straight = pretrain(compose_config(arguments + [f"output_dir={tmp_path / 'a'}"]))
+def test_a_signal_stops_after_the_step_with_a_checkpoint_and_the_run_resumes_exactly(cache_dir, tmp_path, signum,
+                                                                                     uninterrupted):
+    arguments, straight = SIGNALLED_RUN, uninterrupted
     victim = run_cli(*arguments, f"output_dir={tmp_path / 'b'}", start_new_session=True)
     wait_for("t/*/metrics.jsonl", tmp_path / "b", victim)
     time.sleep(0.5)

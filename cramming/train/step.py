@@ -2,6 +2,7 @@
 
 import contextlib
 import logging
+import time
 
 import torch
 
@@ -34,11 +35,23 @@ class TrainStep:
         self.callbacks, self.stopping = callbacks, stopping
         self.grad_clip = train_cfg.optim.grad_clip
         self.max_nonfinite_steps = train_cfg.max_nonfinite_steps
+        # Host seconds inside run() and, within it, waiting for batches: this process, from its second step
+        # on (the first compiles and warms up), and the first step's own.
+        self.timing = {"steps": 0, "step_s": 0.0, "data_s": 0.0, "first_step_s": 0.0}
+        self.data_wait = 0.0  # in the current step
 
     def run(self, state: TrainState) -> None:
         """Run the step planned in state; sets state.step_loss, step_microbatches and step_applied."""
+        started, self.data_wait = time.perf_counter(), 0.0
         state.step_loss, state.step_microbatches = self._accumulate(state)
         state.step_applied = self._apply(state, state.step_loss)
+        seconds = time.perf_counter() - started
+        self.timing["steps"] += 1
+        if self.timing["steps"] == 1:
+            self.timing["first_step_s"] = seconds
+        else:
+            self.timing["step_s"] += seconds
+            self.timing["data_s"] += self.data_wait
 
     def _budget_ran_out(self, device: torch.device) -> bool:
         return self.stopping.progress == "budget" and self.dist.any(self.stopping.clock.expired(), device)
@@ -51,7 +64,9 @@ class TrainStep:
         while done < accumulate:
             if done and self._budget_ran_out(device):
                 break
+            waited = time.perf_counter()
             batch = {key: value.to(device, non_blocking=True) for key, value in next(self.stream).items()}
+            self.data_wait += time.perf_counter() - waited
             last = done + 1 == accumulate
             sync = contextlib.nullcontext() if last or not self.dist.enabled else self.network.no_sync()
             with sync:

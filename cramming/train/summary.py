@@ -57,6 +57,18 @@ def validation_summary(records: list[dict], held_out_rows: int, seconds: float, 
     }
 
 
+def time_shares(timing: dict, session_training_s: float) -> dict | None:
+    """Where this process's training time went after its first step: inside the step (forward, backward,
+    optimizer), waiting for data, and around the step (logging, telemetry, checkpoints, callbacks, the
+    clock). Host time: on a GPU, work the host does not wait for shows up where it next waits."""
+    window = session_training_s - timing["first_step_s"]
+    if timing["steps"] < 2 or window <= 0:
+        return None
+    compute = timing["step_s"] - timing["data_s"]
+    return {"step": round(compute / window, 4), "data": round(timing["data_s"] / window, 4),
+            "around": round(1 - timing["step_s"] / window, 4), "seconds": round(window, 3)}
+
+
 def compile_seconds(first_steps: list[tuple[float, int]]) -> float | None:
     """How much longer the first step took than its microbatches take later: compilation and warm-up.
 
@@ -80,7 +92,8 @@ def build_summary(*, records: list[dict], stop_reason: str, progress: dict, budg
                   wall_budget: float, session_training_s: float, session_wall_s: float,
                   first_steps: list[tuple[float, int]], peak_memory: float, energy_wh: float | None,
                   flops_per_token: float, peak_tflops: float | None, microbatch: dict, provenance: dict,
-                  held_out_rows: int = 0, validation_s: float = 0.0, stop_detail: str | None = None) -> dict:
+                  held_out_rows: int = 0, validation_s: float = 0.0, stop_detail: str | None = None,
+                  step_timing: dict | None = None) -> dict:
     elapsed = progress["elapsed"]
     tokens_per_s = progress["tokens"] / elapsed if elapsed > 0 else None
     mfu = model_flops_utilization(tokens_per_s, flops_per_token, peak_tflops) if tokens_per_s else None
@@ -101,6 +114,7 @@ def build_summary(*, records: list[dict], stop_reason: str, progress: dict, budg
         "nonfinite_skipped": progress["nonfinite_total"],
         "training_s": round(elapsed, 3),  # on the budget clock, earlier runs of a resumed training included
         "compile_s": round(compiled, 3) if compiled is not None else None,  # estimate, this process only
+        "time_shares": time_shares(step_timing, session_training_s) if step_timing else None,
         "outside_training_s": round(session_wall_s - session_training_s, 3),  # this process: data, search, setup
         "lost_to_crashes_s": round(progress["lost_to_crashes"], 3),  # charged on resumes (heartbeat.json)
         "peak_memory_gb": round(peak_memory, 3),

@@ -154,7 +154,7 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
             if dist.is_main:
                 summary = _leave_record(cfg, state, logger, wandb, settings, stop_reason, flops_per_token,
                                         time.perf_counter() - started, microbatch_source, run_provenance,
-                                        dataset, stopping.early_stop)
+                                        dataset, stopping.early_stop, step.timing)
         if stop_reason == "interrupted":
             written = f"checkpoint {checkpointer.newest}" if checkpointer.newest else "no checkpoint yet"
             raise Interrupted(f"stopped at step {progress.step}; {written}; to go on, run the same command with "
@@ -230,7 +230,7 @@ def _network(model: torch.nn.Module, settings: Settings, dist: Distributed) -> t
 
 def _leave_record(cfg, state: TrainState, logger: MetricsLogger, wandb: WandbLogger, settings: Settings,
                   stop_reason: str, flops_per_token: float, session_wall_s: float, microbatch_source: str,
-                  run_provenance: dict, dataset: PreparedDataset, early_stop: str | None) -> dict:
+                  run_provenance: dict, dataset: PreparedDataset, early_stop: str | None, step_timing: dict) -> dict:
     """Stop the telemetry, then write summary.json and the plots and hand the summary to W&B."""
     energy = logger.sampler.energy_wh()
     logger.sampler.stop()
@@ -243,6 +243,7 @@ def _leave_record(cfg, state: TrainState, logger: MetricsLogger, wandb: WandbLog
         flops_per_token=flops_per_token, peak_tflops=settings.profile.peak_tflops,
         microbatch={"size": settings.microbatch_size, "source": microbatch_source}, provenance=run_provenance,
         held_out_rows=dataset.held_out_rows, validation_s=clock.paused_seconds, stop_detail=early_stop,
+        step_timing=step_timing,
     )
     write_summary(run_dir / "summary.json", summary)
     plot_run(run_dir)

@@ -22,6 +22,11 @@ def test_benchmark_writes_results(tmp_path):
     assert report["ours"]["tokens_per_s"] > 0 and report["hf_bert"]["tokens_per_s"] > 0
     assert report["ratio"] == report["ours"]["tokens_per_s"] / report["hf_bert"]["tokens_per_s"]
     assert report["ours"]["mfu"] is None and report["peak"].startswith("unknown")  # CPU: peak unknown
+    # ... but its matmuls' own peak is measured in the same run: the MFU that a CPU can be judged by
+    assert report["measured_peak_tflops"] > 0
+    for model in ("ours", "hf_bert"):
+        expected = report[model]["tokens_per_s"] * report[model]["flops_per_token"] / (report["measured_peak_tflops"] * 1e12)
+        assert report[model]["mfu_measured"] == expected and 0 < expected < 2
     assert len(report["ours"]["step_times_s"]) == 2
     assert "| ours (crammed-bert-tiny) |" in json_path.with_suffix(".md").read_text()
     assert "step 2/2" in result.stdout

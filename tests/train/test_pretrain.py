@@ -123,6 +123,9 @@ def test_quickstart_leaves_summary_plots_and_a_wandb_run_and_two_runs_overlay(ca
     assert facts["validation"]["first_loss"] > facts["validation"]["final_loss"]  # the model is learning
     assert 0 < facts["validation"]["final_accuracy"] < 1 and facts["validation"]["seconds"] > 0
     assert all(r["grad_norm"] > 0 and 0 <= r["clipped_fraction"] <= 1 for r in lines)  # every logging step
+    shares = facts["time_shares"]  # after the first step: inside the step, waiting for data, around it
+    assert shares["step"] + shares["data"] + shares["around"] == pytest.approx(1, abs=1e-3)
+    assert shares["step"] > 0.8 and 0 <= shares["around"] < 0.1 and shares["seconds"] > 0
     panels = {"loss": 2, "schedules": 2, "gradients": 2, "throughput": 1, "hardware": 2}  # no MFU panel: no peak
     assert {path.stem: png_size(path) for path in (run_dir / "plots").glob("*.png")} == {
         name: (550 * count, 400) for name, count in panels.items()}

@@ -16,3 +16,11 @@ def test_compile_time_is_the_first_steps_excess_over_later_microbatches():
     assert compile_seconds([(5.0, 1), (0.5, 1), (1.0, 2), (0.6, 1)]) == pytest.approx(4.5)
     assert compile_seconds([(0.4, 1), (0.5, 1)]) == 0.0  # never negative
     assert compile_seconds([(5.0, 1)]) is None  # nothing to compare with
+
+
+def test_time_shares_leave_out_the_first_step():
+    from cramming.train.summary import time_shares
+
+    timing = {"steps": 3, "step_s": 8.0, "data_s": 1.0, "first_step_s": 5.0}  # 15 s of training this session
+    assert time_shares(timing, 15.0) == {"step": 0.7, "data": 0.1, "around": 0.2, "seconds": 10.0}
+    assert time_shares({**timing, "steps": 1}, 15.0) is None  # nothing after the first step

@@ -17,6 +17,7 @@ import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from cramming.bench.inspect import compile_counts, operators_markdown, top_operators
 from cramming.bench.peak import measured_peak_tflops, model_gemm_shapes
 from cramming.bench.timing import TimedStep
 from cramming.data.mlm import synthetic_mlm_batch
@@ -43,6 +44,7 @@ class BenchmarkSettings:
     warmup_steps: int = 2  # per model, not measured (includes compilation)
     steps: int = 6  # measured steps per model
     peak_tflops: Optional[float] = None  # device peak for MFU; null: from the matching configs/gpu profile
+    profile: bool = False  # also profile 2 steps of our model: the top operators by self time, and their share
     seed: int = 0
     output_dir: str = "outputs/benchmark"
 
@@ -145,8 +147,17 @@ def markdown(result: dict) -> str:
                     f"| {r['step_time_s']:.3f} | {memory} | {r['flops_per_token'] / 1e9:.3f} | {mfu} "
                     f"| {100 * r['mfu_measured']:.1f}% |")
     rows += ["", f"Ratio (ours / BertForMaskedLM tokens/s): **{result['ratio']:.2f}x**. Measured peak: "
-             f"{result['measured_peak_tflops']:.3f} TFLOP/s (the model's GEMM shapes in {s['dtype']}, back to back, "
-             "median of 5).", ""]
+             f"{result['measured_peak_tflops']:.3f} TFLOP/s (the step's GEMM shapes in {s['dtype']}, weighted as the "
+             "step runs them, best of 5).", ""]
+    if result["compile"] is not None:
+        c = result["compile"]
+        rows += [f"torch.compile (both models): {c['graphs_compiled']} graphs compiled in warm-up, "
+                 f"{c['graph_breaks']} graph breaks, {c['recompiles_after_warmup']} recompilations in the measured "
+                 "steps.", ""]
+    if result["top_operators_ours"] is not None:
+        where = "device" if result["settings"]["device"] == "cuda" else "CPU"
+        rows += ["Our step's top operators (torch.profiler, 2 steps):", "",
+                 operators_markdown(result["top_operators_ours"], where), ""]
     return "\n".join(rows)
 
 
@@ -182,10 +193,17 @@ def run_benchmark(cfg: BenchmarkConfig) -> Path:
     for i in range(s.warmup_steps):
         for label, step in steps.items():
             print(f"warm-up {i + 1}/{s.warmup_steps} {label}: {step.step():.3f} s", flush=True)
+    after_warmup = compile_counts()
     for i in range(s.steps):
         for label, step in steps.items():  # interleaved, so drifting machine load hits both alike
             times[label].append(step.step())
             print(f"step {i + 1}/{s.steps} {label}: {times[label][-1]:.3f} s", flush=True)
+    compiles = None
+    if s.compile:  # every shape is static (k masked tokens per row), so nothing may compile after warm-up
+        compiles = {**after_warmup, "recompiles_after_warmup": compile_counts()["graphs_compiled"]
+                    - after_warmup["graphs_compiled"]}
+        print(f"torch.compile: {compiles}", flush=True)
+    operators = top_operators(next(iter(steps.values())).step, device) if s.profile else None
 
     shapes = model_gemm_shapes(arch, s.batch_size, s.seq_length, s.vocab_size, s.mlm_rate)
     measured_peak = measured_peak_tflops(shapes, s.dtype, device)
@@ -204,6 +222,8 @@ def run_benchmark(cfg: BenchmarkConfig) -> Path:
         "settings": asdict(s),
         "arch": asdict(arch),
         "measured_peak_tflops": measured_peak,
+        "compile": compiles,
+        "top_operators_ours": operators,
         "ours": summarize(ours_label, ours_step, times[ours_label], tokens_per_step, flops[0], peak_tflops,
                           measured_peak),
         "hf_bert": summarize(hf_label, hf_step, times[hf_label], tokens_per_step, flops[1], peak_tflops,

@@ -55,6 +55,34 @@ def gather_rows(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return x.gather(1, positions[:, :, None].expand(-1, -1, x.size(-1)))
 
 
+class Unpadded(NamedTuple):
+    """Where the real tokens of a padded batch (B, T) are, so that it can run without its padding: as the
+    (N, C) rows of its real tokens, each sequence's tokens consecutive, in batch order."""
+
+    indices: torch.Tensor  # (N,) flat indices in B * T of the real tokens
+    lengths: list[int]  # (B,) real tokens per sequence
+    batch_size: int
+    seq_length: int
+    # Attention one sequence at a time, unpadded (faster on a CPU), or as one padded, masked batched call
+    # (one kernel launch, for GPUs).
+    per_sequence_attention: bool
+
+    @classmethod
+    def from_mask(cls, attention_mask: torch.Tensor) -> "Unpadded":
+        """attention_mask (B, T): 1 for real tokens, 0 for padding (anywhere in the row)."""
+        indices = attention_mask.flatten().nonzero().squeeze(1)
+        return cls(indices, attention_mask.sum(1).tolist(), *attention_mask.shape,
+                   per_sequence_attention=attention_mask.device.type == "cpu")
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(0, 1).index_select(0, self.indices)  # (B, T, C) -> (N, C)
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, C) -> (B, T, C), zeros at the padding."""
+        padded = x.new_zeros(self.batch_size * self.seq_length, x.size(-1)).index_copy(0, self.indices, x)
+        return padded.view(self.batch_size, self.seq_length, -1)
+
+
 class Embeddings(nn.Module):
     """Token embedding plus positions (scaled sinusoids or a learned table), then LayerNorm and dropout."""
 
@@ -71,7 +99,8 @@ class Embeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, unpadded: Unpadded | None = None) -> torch.Tensor:
+        """input_ids (B, T) -> (B, T, C), or (N, C) for the real tokens only when `unpadded`."""
         T = input_ids.size(1)
         if T > self.max_positions:
             raise ValueError(f"sequence length {T} exceeds max_position_embeddings {self.max_positions}")
@@ -80,6 +109,8 @@ class Embeddings(nn.Module):
             x = x + self.position_embeddings.weight[:T]
         else:
             x = x + self.position_scale * sinusoids(T, x.size(-1), x.device).to(x.dtype)  # bf16 weights stay bf16
+        if unpadded is not None:
+            x = unpadded.unpad(x)  # (N, C)
         return self.dropout(self.LayerNorm(x))
 
 
@@ -109,29 +140,50 @@ class SelfAttention(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor | None = None,
-                eager: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                eager: bool = False, unpadded: Unpadded | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, T, C); mask None or bool (B, 1, 1, T), True where a key may be attended to. Returns the
         output and, with `eager`, the attention probabilities (B, nh, T, T) (else None: SDPA keeps them).
 
         With positions (B, k) only those rows attend (to all T keys): output (B, k, C) instead of (B, T, C).
+        With `unpadded`, x holds the real tokens of a padded batch only, (N, C), and so does the output.
         """
-        B, T, C = x.shape
+        dropout_p = self.dropout_p if self.training else 0.0
+        if unpadded is not None and unpadded.per_sequence_attention and not eager:
+            return self.dropout(self.dense(self._attend_each_sequence(self.qkv(x), unpadded.lengths, dropout_p))), None
+        (B, T), C = (x.shape[:2] if unpadded is None else (unpadded.batch_size, unpadded.seq_length)), x.size(-1)
         nh, hs = self.num_heads, C // self.num_heads
         if positions is None:
-            q, k, v = self.qkv(x).view(B, T, 3, nh, hs).permute(2, 0, 3, 1, 4)  # (B, nh, T, hs) each
+            qkv = self.qkv(x)  # (B, T, 3C), or (N, 3C)
+            if unpadded is not None:
+                qkv = unpadded.pad(qkv)  # (B, T, 3C): back in place for one batched (masked) product
+            q, k, v = qkv.view(B, T, 3, nh, hs).permute(2, 0, 3, 1, 4)  # (B, nh, T, hs) each
         else:
             w_q, w_kv = self.qkv.weight.split((C, 2 * C))
             b_q, b_kv = (None, None) if self.qkv.bias is None else self.qkv.bias.split((C, 2 * C))
             q = F.linear(gather_rows(x, positions), w_q, b_q)  # (B, k, C)
             q = q.view(B, -1, nh, hs).transpose(1, 2)  # (B, nh, k, hs)
             k, v = F.linear(x, w_kv, b_kv).view(B, T, 2, nh, hs).permute(2, 0, 3, 1, 4)  # (B, nh, T, hs) each
-        dropout_p = self.dropout_p if self.training else 0.0
         if eager:
             y, probs = eager_attention(q, k, v, mask, dropout_p)
         else:
             y, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
         y = y.transpose(1, 2).reshape(B, -1, C)  # (B, T or k, C)
+        if unpadded is not None:
+            y = unpadded.unpad(y)  # (N, C)
         return self.dropout(self.dense(y)), probs
+
+    def _attend_each_sequence(self, qkv: torch.Tensor, lengths: list[int], dropout_p: float) -> torch.Tensor:
+        """Attention within each sequence of packed real tokens, qkv (N, 3C) -> (N, C): no padding and no
+        mask. On a CPU this beats one padded, masked batched call (1.6x at batch 16 and width 128, 4x at
+        batch 128 and width 768, forward and backward)."""
+        C = qkv.size(-1) // 3
+        nh, hs = self.num_heads, C // self.num_heads
+        outputs = []
+        for sequence in qkv.split(lengths):  # (L, 3C)
+            q, k, v = sequence.view(1, -1, 3, nh, hs).permute(2, 0, 3, 1, 4)  # (1, nh, L, hs) each
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+            outputs.append(y.transpose(1, 2).reshape(-1, C))  # (L, C)
+        return torch.cat(outputs)
 
 
 class FeedForward(nn.Module):
@@ -167,15 +219,16 @@ class Layer(nn.Module):
         self.ffn = FeedForward(cfg)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor | None = None,
-                eager: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (B, T, C) -> (B, T, C), or (B, k, C) when only the rows at positions (B, k) are wanted; with
-        the attention probabilities when `eager` (see SelfAttention)."""
+                eager: bool = False, unpadded: Unpadded | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, T, C) -> (B, T, C), or (B, k, C) when only the rows at positions (B, k) are wanted, or
+        (N, C) -> (N, C) for the real tokens of an `unpadded` batch; with the attention probabilities when
+        `eager` (see SelfAttention)."""
         residual = x if positions is None else gather_rows(x, positions)
         if self.pre_norm:
-            attended, probs = self.attention(self.attention_norm(x), mask, positions, eager)
+            attended, probs = self.attention(self.attention_norm(x), mask, positions, eager, unpadded)
             x = residual + attended
             return x + self.ffn(self.ffn_norm(x)), probs
-        attended, probs = self.attention(x, mask, positions, eager)
+        attended, probs = self.attention(x, mask, positions, eager, unpadded)
         x = self.attention_norm(residual + attended)
         return self.ffn_norm(x + self.ffn(x)), probs
 
@@ -201,35 +254,56 @@ class Encoder(nn.Module):
 
     def forward(self, input_ids, attention_mask=None, positions=None) -> torch.Tensor:
         """Hidden states (B, T, C), or (B, k, C) at positions (B, k) only: then the last layer computes its
-        queries and feed-forward for those rows alone (sparse prediction needs no other output)."""
-        mask = self._key_mask(attention_mask)
-        x = self.embeddings(input_ids)  # (B, T, C)
+        queries and feed-forward for those rows alone (sparse prediction needs no other output).
+
+        Padding costs no compute: with an attention_mask the batch runs unpadded (see _unpadded) and the
+        padded positions of the output are zeros.
+        """
+        mask, unpadded = self._key_mask(attention_mask), self._unpadded(attention_mask, positions)
+        x = self.embeddings(input_ids, unpadded)  # (B, T, C), or (N, C)
         for layer in self.layer[:-1]:
-            x, _ = self._run(layer, x, mask)
-        x, _ = self._run(self.layer[-1], x, mask, positions)  # (B, T or k, C)
-        return self.final_norm(x)
+            x, _ = self._run(layer, x, mask, None, False, unpadded)
+        x, _ = self._run(self.layer[-1], x, mask, positions, False, unpadded)  # (B, T or k, C), or (N, C)
+        return self._padded(self.final_norm(x), unpadded)
 
     def states(self, input_ids, attention_mask=None, eager: bool = False) -> EncoderStates:
         """The same computation as forward (all positions), keeping every layer's output, and each layer's
         attention probabilities when `eager`."""
-        mask = self._key_mask(attention_mask)
-        hidden, attentions = [self.embeddings(input_ids)], []
+        mask, unpadded = self._key_mask(attention_mask), self._unpadded(attention_mask, None)
+        hidden, attentions = [self.embeddings(input_ids, unpadded)], []
         for layer in self.layer:
-            x, probs = self._run(layer, hidden[-1], mask, None, eager)
+            x, probs = self._run(layer, hidden[-1], mask, None, eager, unpadded)
             hidden.append(x)
             attentions.append(probs)
         hidden[-1] = self.final_norm(hidden[-1])
-        return EncoderStates(tuple(hidden), tuple(attentions) if eager else None)
+        return EncoderStates(tuple(self._padded(x, unpadded) for x in hidden),
+                             tuple(attentions) if eager else None)
 
     @staticmethod
     def _key_mask(attention_mask):
         # Padding is masked out as keys; padded query rows still compute (no NaN) and are ignored downstream.
         return None if attention_mask is None else attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
 
-    def _run(self, layer, x, mask, positions=None, eager=False):
+    @staticmethod
+    def _unpadded(attention_mask, positions) -> Unpadded | None:
+        """Run a padded batch as its real tokens only (fine-tuning batches padded to their longest example
+        are about a third padding on RTE): embeddings, norms, projections and feed-forward on (N, C).
+
+        None (run padded) without a mask (packed pretraining), on the sparse-prediction path, and under
+        torch.compile, where N, known only from the data, would break the graph.
+        """
+        if attention_mask is None or positions is not None or torch.compiler.is_compiling():
+            return None
+        return Unpadded.from_mask(attention_mask)
+
+    @staticmethod
+    def _padded(x, unpadded):
+        return x if unpadded is None else unpadded.pad(x)  # (N, C) -> (B, T, C)
+
+    def _run(self, layer, x, mask, positions=None, eager=False, unpadded=None):
         if self.gradient_checkpointing and self.training:
-            return self._gradient_checkpointing_func(layer.__call__, x, mask, positions, eager)
-        return layer(x, mask, positions, eager)
+            return self._gradient_checkpointing_func(layer.__call__, x, mask, positions, eager, unpadded)
+        return layer(x, mask, positions, eager, unpadded)
 
 
 class MaskedLMHead(nn.Module):

@@ -14,7 +14,8 @@ def run(*overrides: str) -> subprocess.CompletedProcess:
 
 
 def test_benchmark_writes_results(tmp_path):
-    settings = ("vocab_size=512", "steps=2", "warmup_steps=1", "batch_size=2", "device=cpu", f"output_dir={tmp_path}")
+    settings = ("vocab_size=512", "steps=2", "warmup_steps=1", "batch_size=2", "device=cpu", f"output_dir={tmp_path}",
+                "profile=true")
     result = run(*(f"benchmark.{setting}" for setting in settings))
     assert result.returncode == 0, result.stderr
     [json_path] = tmp_path.glob("*.json")
@@ -30,6 +31,27 @@ def test_benchmark_writes_results(tmp_path):
     assert len(report["ours"]["step_times_s"]) == 2
     assert "| ours (crammed-bert-tiny) |" in json_path.with_suffix(".md").read_text()
     assert "step 2/2" in result.stdout
+    operators = report["top_operators_ours"]  # where our step's time goes
+    assert 0 < len(operators) <= 15 and 0.5 < sum(o["share"] for o in operators) <= 1.0 + 1e-9
+    assert any(o["operator"] in ("aten::mm", "aten::addmm") for o in operators)
+    assert report["compile"] is None  # nothing compiled, nothing to count
+    assert "top operators" in json_path.with_suffix(".md").read_text()
+
+
+def test_compile_counts_see_a_recompilation():
+    """The benchmark's recompilation count is torch.compile's own graph count: a new input shape (static
+    shapes asked for) compiles a second graph, the same shape again does not."""
+    import torch
+
+    from cramming.bench.inspect import compile_counts
+
+    double = torch.compile(lambda x: x * 2, dynamic=False)
+    before = compile_counts()["graphs_compiled"]
+    double(torch.ones(3))
+    double(torch.ones(3))
+    assert compile_counts()["graphs_compiled"] == before + 1
+    double(torch.ones(4))
+    assert compile_counts()["graphs_compiled"] == before + 2
 
 
 def test_benchmark_rejects_bad_settings():

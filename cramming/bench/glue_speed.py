@@ -1,0 +1,103 @@
+"""GLUE fine-tuning speed with and without unpadding, side by side in one process (issue 16).
+
+    python scripts/bench_glue_speed.py [--glue-dir ../shared/data/glue] [--examples 800] [--repeats 3]
+        [--layers 2 --hidden 128 --heads 4 --intermediate 512] [--vocab 4096]
+
+A crammed-bert model (random weights: speed does not depend on skill) with a WordPiece tokenizer trained on
+the tasks' own text fine-tunes one epoch on a fixed subset of RTE and MRPC and scores their dev sets, once
+padded (each batch padded to its longest example, the path before unpadding) and once unpadded, interleaved
+`--repeats` times. Prints the median examples/s of both, their ratio, and the final training loss of each
+(equal up to dropout's random draws, which differ between the two layouts).
+"""
+
+import argparse
+import contextlib
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from unittest import mock
+
+import torch
+
+from cramming.data.config import NormalizeConfig, TokenizerConfig
+from cramming.data.tokenizer import as_transformers_tokenizer, train_tokenizer
+from cramming.eval.batching import encode_split, subset
+from cramming.eval.config import GlueConfig
+from cramming.eval.data import get_task, load_task
+from cramming.eval.encoders import open_encoder
+from cramming.eval.finetune import evaluate, finetune
+from cramming.model import ModelConfig, build_mlm_model
+from cramming.model.checkpoint import save_pretrained
+from cramming.model.crammed_bert import Encoder
+from cramming.runtime import Precision, prepare_device
+
+TASKS = ("rte", "mrpc")
+
+
+def padded_path():
+    """The encoder as it ran before unpadding: every batch at its padded shape."""
+    return mock.patch.object(Encoder, "_unpadded", staticmethod(lambda attention_mask, positions: None))
+
+
+def make_checkpoint(directory: Path, glue_dir: Path, args) -> Path:
+    texts = []
+    for task in TASKS:
+        split = load_task(get_task(task), str(glue_dir), 0.001).train
+        texts += split.text_a + [text for text in split.text_b or [] if text]
+    tokenizer_cfg = TokenizerConfig(kind="wordpiece", vocab_size=args.vocab, min_frequency=1)
+    tokenizer = as_transformers_tokenizer(train_tokenizer(texts, tokenizer_cfg, NormalizeConfig()))
+    arch = ModelConfig(name="bench", num_layers=args.layers, hidden_size=args.hidden, num_heads=args.heads,
+                       intermediate_size=args.intermediate)
+    torch.manual_seed(0)
+    save_pretrained(build_mlm_model(arch, args.vocab), directory, tokenizer)
+    return directory
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--glue-dir", type=Path, default=Path("../shared/data/glue"))
+    parser.add_argument("--examples", type=int, default=800, help="training examples per task (a fixed subset)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--intermediate", type=int, default=512)
+    parser.add_argument("--vocab", type=int, default=4096)
+    args = parser.parse_args()
+
+    device = torch.device("cpu")
+    prepare_device(device)
+    precision = Precision.resolve("fp32", device, "precision")
+    cfg = GlueConfig(data_dir=str(args.glue_dir), epochs=1)
+    with tempfile.TemporaryDirectory() as tmp:
+        encoder = open_encoder(str(make_checkpoint(Path(tmp) / "checkpoint", args.glue_dir, args)), cfg.dropout)
+        pad_id = encoder.tokenizer.pad_token_id
+        print(f"{args.layers} layers x {args.hidden}, vocab {args.vocab}, {torch.get_num_threads()} threads; "
+              f"{args.examples} training examples per task, batch {cfg.batch_size}, eval batch {cfg.eval_batch_size}")
+        for name in TASKS:
+            task = get_task(name)
+            data = load_task(task, str(args.glue_dir), cfg.max_malformed_fraction)
+            train = subset(encode_split(data.train, encoder.tokenizer, cfg.max_length, False), args.examples)
+            dev_name, dev_split = next(iter(data.evaluations.items()))
+            dev = encode_split(dev_split, encoder.tokenizer, cfg.max_length, False)
+            rates = {"padded": {"train": [], "eval": []}, "unpadded": {"train": [], "eval": []}}
+            losses = {}
+            for _ in range(args.repeats):
+                for layout, context in (("padded", padded_path), ("unpadded", contextlib.nullcontext)):
+                    with context():
+                        classifier = encoder.classifier(task.num_labels, cfg.dropout, 0)
+                        started = time.perf_counter()
+                        history = finetune(classifier, train, {}, cfg, device, precision, 0, pad_id, name)
+                        rates[layout]["train"].append(len(train) / (time.perf_counter() - started))
+                        started = time.perf_counter()
+                        evaluate(classifier, dev, dev_name, cfg.eval_batch_size, device, precision, pad_id)
+                        rates[layout]["eval"].append(len(dev) / (time.perf_counter() - started))
+                        losses[layout] = history[-1]["train_loss"]
+            real = sum(len(row) for row in train.input_ids) / len(train)
+            for part in ("train", "eval"):
+                before, after = (statistics.median(rates[layout][part]) for layout in ("padded", "unpadded"))
+                print(f"{name} {part}: padded {before:.0f} examples/s, unpadded {after:.0f} examples/s, "
+                      f"{after / before:.2f}x")
+            print(f"{name}: mean length {real:.1f} tokens; final training loss padded {losses['padded']:.4f}, "
+                  f"unpadded {losses['unpadded']:.4f}")

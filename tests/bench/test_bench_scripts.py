@@ -1,0 +1,51 @@
+"""The two comparison benchmarks run end to end at toy size: GLUE fine-tuning padded vs unpadded, and
+corpus preparation vs bare tokenizers encoding."""
+
+import gzip
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT, SHARED_DATA
+
+
+def test_glue_speed_compares_padded_and_unpadded(tmp_path):
+    if not (SHARED_DATA / "glue" / "RTE").is_dir():
+        pytest.skip("GLUE TSV files not found")
+    run = subprocess.run([sys.executable, "scripts/bench_glue_speed.py", "--examples", "32", "--repeats", "1",
+                          "--layers", "1", "--hidden", "32", "--heads", "2", "--intermediate", "64", "--vocab", "500"],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    for task in ("rte", "mrpc"):
+        for part in ("train", "eval"):
+            line = re.search(rf"^{task} {part}: padded (\d+) examples/s, unpadded (\d+) examples/s, ([\d.]+)x$",
+                             run.stdout, re.M)
+            assert line and int(line[1]) > 0 and int(line[2]) > 0, run.stdout
+            assert float(line[3]) == pytest.approx(int(line[2]) / int(line[1]), rel=0.02)
+
+
+def test_prepare_benchmark_prints_the_ratio_to_bare_encoding(tmp_path, cache_dir):
+    corpus = tmp_path / "corpus.txt.gz"
+    with gzip.open(corpus, "wt") as handle:
+        for book in range(40):
+            handle.write("\n".join(f"Line {line} of book {book}, with words enough to count." for line in range(200)))
+            handle.write("\n\n")
+    run = subprocess.run([sys.executable, "scripts/bench_prepare.py", "--files", str(corpus),
+                          "--set", "data.tokenizer.vocab_size=200"],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    row = re.search(r"^\| `.*corpus\.txt\.gz` \| (\d+) \| ([\d.]+) s \| (\d+) MB \| ([\d.]+) s \| (\d+) MB \| ([\d.]+)x \|$",
+                    run.stdout, re.M)
+    assert row, run.stdout
+    prepare_s, bare_s, ratio = float(row[2]), float(row[4]), float(row[6])
+    assert prepare_s > 0 and bare_s > 0 and ratio == pytest.approx(prepare_s / bare_s, rel=0.2)  # walls shown to 0.1 s
+    assert int(row[3]) > 0 and int(row[5]) > 0  # peak RSS of each process
+
+
+def test_prepare_benchmark_refuses_a_pattern_without_files(tmp_path):
+    run = subprocess.run([sys.executable, "scripts/bench_prepare.py", "--files", str(tmp_path / "none-*.gz")],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and run.stderr.strip() == f"error: no files match {tmp_path / 'none-*.gz'}"
+    assert "Traceback" not in run.stderr

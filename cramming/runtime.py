@@ -15,7 +15,9 @@ from torch import nn
 from cramming.errors import CrammingError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-LR_SCHEDULES = ("triangle", "constant", "linear", "cosine")
+LR_SCHEDULES = ("triangle", "constant", "linear", "cosine", "wsd", "one-cycle", "inverse-sqrt")
+WSD_DECAY_FRACTION = 0.2  # wsd decays linearly to zero over the last fifth of training
+ONE_CYCLE_START, ONE_CYCLE_END = 1 / 25, 1 / 25 / 1e4  # torch OneCycleLR's div_factor and final_div_factor
 
 
 # --- device ---------------------------------------------------------------------------------------
@@ -121,13 +123,19 @@ def build_optimizer(model: nn.Module, *, lr: float, betas, eps: float, weight_de
 
     fused: torch's fused kernel (CPU and CUDA), faster than the foreach implementation in our benchmark.
     """
+    groups = parameter_groups(model, weight_decay, decay_embeddings)
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, fused=fused, foreach=not fused)
+
+
+def parameter_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool = True) -> list[dict]:
+    """Two parameter groups: matrices with `weight_decay`, and norms, biases, scalars (and embedding tables
+    unless `decay_embeddings`) without."""
     embeddings = set() if decay_embeddings else {
         id(module.weight) for module in model.modules() if isinstance(module, nn.Embedding)}
     parameters = [p for p in model.parameters() if p.requires_grad]
     decayed = [p for p in parameters if p.dim() >= 2 and id(p) not in embeddings]
     exempt = [p for p in parameters if p.dim() < 2 or id(p) in embeddings]
-    groups = [{"params": decayed, "weight_decay": weight_decay}, {"params": exempt, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, fused=fused, foreach=not fused)
+    return [{"params": decayed, "weight_decay": weight_decay}, {"params": exempt, "weight_decay": 0.0}]
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
@@ -144,12 +152,15 @@ def check_lr_schedule(schedule: str, key: str = "train.lr_schedule") -> None:
 
 
 def lr_multiplier(schedule: str, fraction: float, warmup_fraction: float = 0.1) -> float:
-    """The learning rate's multiplier at progress f.
+    """The learning rate's multiplier at progress f, a function of f alone.
 
     Pretraining drives f by the elapsed fraction of the time budget (or of max_steps), so a faster GPU
-    simply sees more steps of the same schedule; GLUE drives it by optimizer steps.
+    simply sees more steps of the same schedule; GLUE drives it by optimizer steps. w = warmup_fraction.
     triangle (the crammed recipe): min(0.25 + f, 4 - 4f), peak at f = 0.75, zero at f = 1;
-    constant; linear: 1 - f; cosine: linear warm-up over warmup_fraction, then cosine decay to zero.
+    constant; linear: 1 - f; cosine: linear warm-up over w, then cosine decay to zero;
+    wsd (warm-up, stable, decay): linear warm-up over w, constant, linear decay to zero over the last
+    WSD_DECAY_FRACTION; one-cycle (torch's OneCycleLR, cosine annealing): from 1/25 up to 1 at f = w, then
+    down to 1/25e4 at f = 1; inverse-sqrt (the Transformer's): linear warm-up over w, then sqrt(w / f).
     """
     check_lr_schedule(schedule)
     f = min(max(fraction, 0.0), 1.0)
@@ -159,9 +170,22 @@ def lr_multiplier(schedule: str, fraction: float, warmup_fraction: float = 0.1) 
         return 1.0
     if schedule == "linear":
         return 1.0 - f
+    if schedule == "one-cycle":
+        if f < warmup_fraction:
+            return _cosine_between(ONE_CYCLE_START, 1.0, f / warmup_fraction)
+        return _cosine_between(1.0, ONE_CYCLE_END, (f - warmup_fraction) / (1.0 - warmup_fraction))
     if f < warmup_fraction or warmup_fraction >= 1.0:
         return f / warmup_fraction
-    return 0.5 * (1.0 + math.cos(math.pi * (f - warmup_fraction) / (1.0 - warmup_fraction)))
+    if schedule == "wsd":
+        return min(1.0, (1.0 - f) / WSD_DECAY_FRACTION)
+    if schedule == "inverse-sqrt":
+        return math.sqrt(warmup_fraction / f) if f > 0 else 1.0
+    return _cosine_between(1.0, 0.0, (f - warmup_fraction) / (1.0 - warmup_fraction))
+
+
+def _cosine_between(start: float, end: float, t: float) -> float:
+    """From start at t = 0 to end at t = 1 along half a cosine."""
+    return end + (start - end) * 0.5 * (1.0 + math.cos(math.pi * t))
 
 
 def target_batch_size(fraction: float, microbatch: int, batch_size: int, ramp_fraction: float) -> float:

@@ -1,4 +1,4 @@
-"""Bad input to the four commands ends in one line, `error: ...` naming the key, file or value, a non-zero
+"""Bad input to the five commands ends in one line, `error: ...` naming the key, file or value, a non-zero
 exit and no traceback — never a silent success. Each case runs the command's real entry point (Hydra,
 the checks, the error boundary) in this process with its arguments; tests/*/test_*_cli.py run samples of
 the same classes as subprocesses."""
@@ -16,12 +16,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from cramming.cli import eval_glue, export, prepare_data, pretrain
+from cramming.cli import ablate, eval_glue, export, prepare_data, pretrain
 from cramming.train.trainer import pretrain as pretrain_in_process
 from tests.conftest import SHARED_DATA
 from tests.train.runs import STEP_RUN, compose_config
 
-COMMANDS = {"pretrain": pretrain, "eval_glue": eval_glue, "prepare_data": prepare_data, "export": export}
+COMMANDS = {"pretrain": pretrain, "eval_glue": eval_glue, "prepare_data": prepare_data, "export": export,
+            "ablate": ablate}
 GLUE_DIR = SHARED_DATA / "glue"
 
 
@@ -157,6 +158,12 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("pretrain", [*TINY, "train.progress=epochs"], "train.progress='epochs' must be budget or steps"),
     ("pretrain", [*TINY, "train=steps", "train.max_steps=null"], "train.progress=steps needs train.max_steps"),
     ("pretrain", [*TINY, "train.lr_schedule=step"], "train.lr_schedule='step' is unknown; choose one of"),
+    ("pretrain", [*TINY, "train.optim.name=adam"], "train.optim.name='adam' is unknown; choose one of adamw, lamb"),
+    ("pretrain", [*TINY, "train.optim.momentum=0.9"],
+     "train.optim.momentum is not used by train.optim.name=adamw (it reads lr, betas, eps, weight_decay)"),
+    ("pretrain", [*TINY, "train.optim.name=lion", "train.optim.eps=1e-8"], "train.optim.eps is not used by"),
+    ("pretrain", [*TINY, "train.optim.name=muon", "train.optim.momentum=1.5"],
+     "train.optim.momentum=1.5 must be in [0, 1)"),
     ("pretrain", [*TINY, "train.max_nonfinite_steps=0"], "train.max_nonfinite_steps=0 must be at least 1"),
     ("pretrain", [*TINY, "impl.num_workers=-1"], "impl.num_workers=-1 must not be negative"),
     ("pretrain", [*TINY, "impl.microbatch_size=0"], "impl.microbatch_size=0 must be positive"),
@@ -263,6 +270,13 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("export", ["ckpt={wrong_shapes}", "out={root}/hf"], "do not fit the model they are loaded into"),
     ("export", ["ckpt={good}", "out={good}"], "export into the checkpoint directory itself"),
     ("export", ["ckpt={root}", "out={root}/hf"], "not a complete checkpoint"),
+    # ablate
+    ("ablate", ["sweep=nope", "output_dir={root}/ab"], "unknown sweep=nope; choose one of optimizers, schedules, smoke"),
+    ("ablate", ["output_dir={root}/ab"], "You must specify 'sweep', e.g, sweep=<OPTION>"),
+    ("ablate", ["sweep=smoke", "sweep.runs.lion=['budget=2']", "output_dir={root}/ab"],
+     "run lion sets budget=2; the budget belongs in `base`"),
+    ("ablate", ["sweep=smoke", "sweep.runs.wsd=['train.bogus=1']", "output_dir={root}/ab-bogus"],
+     "sweep smoke, run wsd: "),
 ]
 
 

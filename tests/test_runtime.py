@@ -34,6 +34,26 @@ def test_other_lr_schedules():
         lr_multiplier("warmup", 0.5)
 
 
+def test_ablation_schedules():
+    w = 0.1
+    for schedule in ("wsd", "inverse-sqrt"):  # the same linear warm-up as cosine
+        assert lr_multiplier(schedule, 0.05, w) == pytest.approx(0.5)
+        assert lr_multiplier(schedule, 0.1, w) == pytest.approx(1.0)
+    assert lr_multiplier("wsd", 0.5, w) == 1.0  # stable
+    assert lr_multiplier("wsd", 0.9, w) == pytest.approx(0.5)  # half-way through the last fifth
+    assert lr_multiplier("wsd", 1.0, w) == 0.0
+    assert lr_multiplier("inverse-sqrt", 0.4, w) == pytest.approx(0.5)  # sqrt(0.1 / 0.4)
+    assert lr_multiplier("inverse-sqrt", 1.0, w) == pytest.approx(0.1**0.5)
+    assert lr_multiplier("one-cycle", 0.0, w) == pytest.approx(1 / 25)
+    assert lr_multiplier("one-cycle", 0.05, w) == pytest.approx((1 + 1 / 25) / 2)
+    assert lr_multiplier("one-cycle", 0.1, w) == pytest.approx(1.0)
+    assert lr_multiplier("one-cycle", 0.55, w) == pytest.approx((1 + 1 / 25e4) / 2)
+    assert lr_multiplier("one-cycle", 1.0, w) == pytest.approx(1 / 25e4)
+    for schedule in ("triangle", "constant", "linear", "cosine", "wsd", "one-cycle", "inverse-sqrt"):
+        values = [lr_multiplier(schedule, i / 1000, w) for i in range(1001)]
+        assert all(0.0 <= v <= 1.0 for v in values), schedule
+
+
 def test_glue_steps_follow_the_same_warmup_then_cosine():
     """GLUE drives the shared schedule by optimizer steps: f = step / total."""
     total, warmup_fraction = 100, 0.1

@@ -42,8 +42,14 @@ def flat_keys(tree: Any, prefix: str = "") -> list[str]:
     return [key for name, value in tree.items() for key in flat_keys(value, f"{prefix}.{name}" if prefix else name)]
 
 
+# Names other frameworks give our keys, which spelling similarity alone would not find.
+SYNONYMS = {"learning_rate": "lr", "epsilon": "eps", "wd": "weight_decay", "optimizer": "name", "beta": "betas"}
+
+
 def closest(word: str, candidates: list[str]) -> str:
-    match = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    parent, _, last = word.rpartition(".")
+    synonym = f"{parent}.{SYNONYMS[last]}" if parent and last in SYNONYMS else SYNONYMS.get(last)
+    match = [synonym] if synonym in candidates else difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
     return f" — did you mean {match[0]}?" if match else ""
 
 
@@ -93,6 +99,8 @@ def check_overrides(config_name: str, overrides: list[str], schema: type, direct
         except MissingConfigException as error:
             message = _unknown_choice(str(error))
         except (ConfigCompositionException, OmegaConfBaseException) as error:
+            if str(error).startswith("You must specify"):  # a group with no default: "... 'sweep', e.g, sweep=<OPTION>"
+                raise CrammingError(str(error).splitlines()[0]) from None
             cause = error.__cause__ if isinstance(error, ConfigCompositionException) and error.__cause__ else error
             keys = flat_keys(OmegaConf.to_container(compose(config_name, overrides=groups)))
             message = _explain(cause, keys, overrides)

@@ -14,10 +14,16 @@ from cramming.hardware import GpuProfile
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-3
-    betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-12
-    weight_decay: float = 0.01  # on matrices only: never norms, biases or scalars
+    """The optimizer (cramming.train.optimizers). A null hyperparameter takes the optimizer's default from
+    configs/optim/<name>.yaml (adamw's are the crammed recipe's: lr 1e-3, betas (0.9, 0.98), eps 1e-12,
+    weight decay 0.01); one the optimizer does not read must stay null."""
+
+    name: str = "adamw"  # adamw | lamb | lion | sgd-nesterov | adafactor | muon
+    lr: Optional[float] = None
+    betas: Optional[tuple[float, float]] = None
+    eps: Optional[float] = None
+    weight_decay: Optional[float] = None  # on matrices only: never norms, biases or scalars
+    momentum: Optional[float] = None  # sgd-nesterov, muon
     decay_embeddings: bool = True  # false: no weight decay on embedding tables either
     grad_clip: Optional[float] = 0.5  # max global gradient norm; null disables
 
@@ -38,9 +44,10 @@ class TrainConfig:
     name: str = MISSING
     optim: OptimConfig = field(default_factory=OptimConfig)
     # lr multiplier of the progress fraction f (cramming.runtime.lr_multiplier): triangle = min(0.25 + f,
-    # 4 - 4f) (the crammed recipe), constant, linear (1 - f), cosine (warm-up over warmup_fraction, then to 0)
+    # 4 - 4f) (the crammed recipe), constant, linear (1 - f), cosine (warm-up over warmup_fraction, then to
+    # 0), wsd, one-cycle, inverse-sqrt
     lr_schedule: str = "triangle"
-    warmup_fraction: float = 0.1  # cosine only
+    warmup_fraction: float = 0.1  # cosine, wsd, one-cycle and inverse-sqrt
     # progress f is the elapsed fraction of the time budget ("budget") or of max_steps ("steps")
     progress: str = "budget"
     max_steps: Optional[int] = None  # required with progress=steps; also a hard stop with progress=budget

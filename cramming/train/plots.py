@@ -92,14 +92,15 @@ def plot_run(run_dir: Path) -> list[Path]:
     return written
 
 
-def plot_comparison(run_dirs: list[Path], path: Path) -> Path:
-    """Overlay the loss curves of several runs against training time and against tokens."""
+def plot_comparison(run_dirs: list[Path], path: Path, labels: list[str] | None = None) -> Path:
+    """Overlay the loss curves of several runs against training time and against tokens; each is labelled
+    <name>/<timestamp> unless `labels` are given."""
     runs = []
-    for run_dir in run_dirs:
+    for index, run_dir in enumerate(run_dirs):
         records = read_records(run_dir / "metrics.jsonl")
         if not records:
             raise CrammingError(f"{run_dir}: no metrics.jsonl records; is it a pretraining run directory?")
-        runs.append((f"{run_dir.parent.name}/{run_dir.name}", records))
+        runs.append((labels[index] if labels else f"{run_dir.parent.name}/{run_dir.name}", records))
     scale, unit = _time_unit(max(records[-1]["elapsed"] for _, records in runs))
     by_time = [([r["elapsed"] / scale for r in records], label, records) for label, records in runs]
     by_tokens = [([r["tokens"] for r in records], label, records) for label, records in runs]

@@ -79,9 +79,11 @@ def check_train_config(cfg) -> None:
         (train.lr_schedule in LR_SCHEDULES,
          f"train.lr_schedule={train.lr_schedule!r} is unknown; choose one of {', '.join(LR_SCHEDULES)}"),
         (math.isfinite(optim.lr) and optim.lr > 0, f"train.optim.lr={optim.lr} must be positive and finite"),
-        (len(optim.betas) == 2 and all(0 <= beta < 1 for beta in optim.betas),
-         f"train.optim.betas={list(optim.betas)} must be two numbers in [0, 1)"),
-        (optim.eps > 0, f"train.optim.eps={optim.eps} must be positive"),
+        # betas, eps and momentum are null where the optimizer does not read them (cramming.train.optimizers)
+        (optim.betas is None or (len(optim.betas) == 2 and all(0 <= beta < 1 for beta in optim.betas)),
+         f"train.optim.betas={list(optim.betas or [])} must be two numbers in [0, 1)"),
+        (optim.eps is None or optim.eps > 0, f"train.optim.eps={optim.eps} must be positive"),
+        (optim.momentum is None or 0 <= optim.momentum < 1, f"train.optim.momentum={optim.momentum} must be in [0, 1)"),
         (optim.weight_decay >= 0, f"train.optim.weight_decay={optim.weight_decay} must not be negative"),
         (optim.grad_clip is None or optim.grad_clip > 0, f"train.optim.grad_clip={optim.grad_clip} must be positive "
          "(or null: no clipping)"),

@@ -24,7 +24,7 @@ from cramming.hardware import budget_seconds
 from cramming.model import build_mlm_model, training_flops_per_token
 from cramming.provenance import config_sha256, provenance
 from cramming.runs import FINAL, new_run_dir, resolve_checkpoint
-from cramming.runtime import build_optimizer, deterministic_algorithms, prepare_device
+from cramming.runtime import deterministic_algorithms, prepare_device
 from cramming.train.callbacks import Callback, CallbackList
 from cramming.train.checkpoint import (Checkpointer, NonFiniteWeightsError, load_state, restore, resume_advice,
                                        resume_fingerprint)
@@ -35,6 +35,7 @@ from cramming.train.interrupt import Interrupted
 from cramming.train.loop import Schedule, run_loop
 from cramming.train.metrics import MetricsLog, MetricsLogger, format_duration
 from cramming.train.microbatch import choose_microbatch
+from cramming.train.optimizers import build_pretraining_optimizer, resolve_optim
 from cramming.train.plots import plot_run
 from cramming.train.progress_bar import ProgressBar, use_bar
 from cramming.train.settings import Settings, check_train_config, device_profile, device_type, resolve_settings
@@ -54,6 +55,7 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
 
     callbacks: techniques acting at the loop's named points (cramming.train.callbacks), called in order.
     """
+    resolve_optim(cfg)
     check_train_config(cfg)
     dist = Distributed.from_env(device_type(cfg))
     try:
@@ -73,9 +75,7 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     tokenizer = as_transformers_tokenizer(load_tokenizer(dataset.tokenizer_path), seq_length)
 
     model = build_mlm_model(cfg.arch, vocab_size).to(settings.device)
-    optim = cfg.train.optim
-    optimizer = build_optimizer(model, lr=optim.lr, betas=optim.betas, eps=optim.eps,
-                                weight_decay=optim.weight_decay, decay_embeddings=optim.decay_embeddings)
+    optimizer = build_pretraining_optimizer(model, cfg.train.optim)
     scaler = settings.precision.grad_scaler()
     checkpoint = saved = None
     if cfg.resume:

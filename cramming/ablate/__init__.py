@@ -1,0 +1,1 @@
+"""Equal-budget ablation sweeps (scripts/ablate.py)."""

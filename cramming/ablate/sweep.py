@@ -1,0 +1,126 @@
+"""Run a named list of override sets at equal budget on the same prepared data and seed, one after
+another, then put them in one table and one loss plot: "does X help under a fixed budget?" in one command.
+
+A sweep is a YAML in configs/sweep/ (a Hydra group: `sweep=<name>`): `base`, the overrides every run
+shares (data, model, budget), and `runs`, a label and its own overrides for each option. Runs land in
+<output_dir>/runs/<label>/<timestamp>/; running the sweep again skips finished runs and resumes an
+interrupted one from its last checkpoint.
+"""
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from hydra import compose
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
+from omegaconf import MISSING, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from cramming.errors import CrammingError
+from cramming.train.config import PretrainConfig  # noqa: F401  (registers the pretraining schemas)
+from cramming.train.plots import plot_comparison
+
+log = logging.getLogger("ablate")
+FINISHED = ("budget", "max_steps", "early_stop")  # a run that stopped for one of these is done
+
+
+@dataclass
+class SweepConfig:
+    """configs/sweep/<name>.yaml: what every run shares, and each option's own overrides."""
+
+    base: list[str] = field(default_factory=list)  # data, model, device, budget: the same for every run
+    runs: dict[str, list[str]] = field(default_factory=dict)  # label -> its overrides (never budget=)
+
+
+@dataclass
+class AblateConfig:
+    sweep: SweepConfig = MISSING  # sweep=<name> picks configs/sweep/<name>.yaml (smoke, optimizers, schedules)
+    output_dir: Optional[str] = None  # null: outputs/ablations/<sweep name>
+    overrides: list[str] = field(default_factory=list)  # added to every run, after the sweep's base
+
+
+ConfigStore.instance().store(name="ablate_schema", node=AblateConfig)
+
+
+def check_sweep(name: str, sweep: SweepConfig) -> None:
+    if not sweep.runs:
+        raise CrammingError(f"sweep={name}: configs/sweep/{name}.yaml needs `runs:`, a mapping of labels to "
+                            "override lists")
+    for label, overrides in sweep.runs.items():
+        budget = [o for o in overrides if o.lstrip("+~").startswith("budget=")]
+        if budget:  # the point of a sweep is the equal budget
+            raise CrammingError(f"sweep={name}: run {label} sets {budget[0]}; the budget belongs in `base`, "
+                                "the same for every run")
+
+
+def run_sweep(cfg: AblateConfig) -> Path:
+    """Every run of the sweep (finished ones skipped), then <output_dir>/ablations.md and loss_overlay.png."""
+    from cramming.train.trainer import pretrain
+
+    name = HydraConfig.get().runtime.choices["sweep"]
+    sweep = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SweepConfig), cfg.sweep)) \
+        if not isinstance(cfg.sweep, SweepConfig) else cfg.sweep
+    check_sweep(name, sweep)
+    out = Path(cfg.output_dir or f"outputs/ablations/{name}")
+    planned = {}  # every run's config composed first, so a bad override fails before any training
+    for label, overrides in sweep.runs.items():
+        previous = _latest_run(out / "runs" / label)
+        if previous and _stop_reason(previous) in FINISHED:
+            planned[label] = previous
+            continue
+        resume = [f"resume={previous}"] if previous and (previous / "checkpoints").is_dir() else []
+        everything = [*sweep.base, *overrides, *cfg.overrides, f"name={label}", f"output_dir={out / 'runs'}", *resume]
+        try:
+            planned[label] = compose("pretrain", overrides=everything)
+        except (HydraException, OmegaConfBaseException) as error:
+            raise CrammingError(f"sweep {name}, run {label}: {str(error).splitlines()[0]}") from None
+    run_dirs = {}
+    for number, (label, plan) in enumerate(planned.items(), 1):
+        if isinstance(plan, Path):
+            log.info("[%d/%d] %s: finished before (%s), skipped", number, len(planned), label, plan)
+            run_dirs[label] = plan
+            continue
+        log.info("[%d/%d] %s: %s%s", number, len(planned), label, " ".join(sweep.runs[label]) or "(the base)",
+                 " (resuming)" if plan.resume else "")
+        run_dirs[label] = pretrain(plan)
+    table = write_table(name, sweep, run_dirs, out / "ablations.md")
+    plot = plot_comparison(list(run_dirs.values()), out / "loss_overlay.png", labels=list(run_dirs))
+    print("\n" + table)
+    print(f"wrote {out / 'ablations.md'} and {plot}")
+    return out / "ablations.md"
+
+
+def _latest_run(label_dir: Path) -> Path | None:
+    runs = sorted(p for p in label_dir.glob("*") if p.is_dir() and not p.name.startswith("."))
+    return runs[-1] if runs else None
+
+
+def _stop_reason(run_dir: Path) -> str | None:
+    summary = run_dir / "summary.json"
+    return json.loads(summary.read_text()).get("stop_reason") if summary.is_file() else None
+
+
+def write_table(name: str, sweep: SweepConfig, run_dirs: dict[str, Path], path: Path) -> str:
+    """One row per option: its overrides, final (smoothed) and validation MLM loss, tokens/s, peak memory, steps."""
+    rows = [f"Sweep `{name}`, equal budget; every run: `{' '.join(sweep.base)}`.", "",
+            "| option | overrides | final MLM loss (smoothed) | validation MLM loss | tokens/s | peak memory (GB) "
+            "| steps | stopped |",
+            "|---|---|---|---|---|---|---|---|"]
+    for label, run_dir in run_dirs.items():
+        facts = json.loads((run_dir / "summary.json").read_text())
+        validation = (facts.get("validation") or {}).get("final_loss")
+        rows.append(f"| {label} | `{' '.join(sweep.runs[label]) or '(base)'}` | {_number(facts['smoothed_loss'])} "
+                    f"| {_number(validation)} | {_number(facts['mean_tokens_per_s'], '.0f')} "
+                    f"| {_number(facts['peak_memory_gb'], '.2f')} | {facts['steps']} | {facts['stop_reason']} |")
+    table = "\n".join(rows) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(table)
+    return table
+
+
+def _number(value, spec: str = ".4f") -> str:
+    return "n/a" if value is None else format(value, spec)

@@ -1,0 +1,107 @@
+"""The pretraining optimizer: `train.optim.name` picks one, `configs/optim/<name>.yaml` holds its defaults.
+
+Every `train.optim` hyperparameter left null takes the chosen optimizer's default; one it does not use is
+an error rather than silently ignored. Weight decay falls on matrices only for all of them
+(cramming.runtime.parameter_groups). Implementations come from torch.optim where it has them and from
+pytorch-optimizer (LAMB, Lion, Muon with its AdamW groups) otherwise; docs/ablations.md says what each does.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from omegaconf import OmegaConf, open_dict
+from torch import nn
+
+from cramming import CONFIG_DIR
+from cramming.errors import CrammingError
+from cramming.runtime import build_optimizer, parameter_groups
+
+HYPERPARAMETERS = ("lr", "betas", "eps", "weight_decay", "momentum")
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    keys: tuple[str, ...]  # the hyperparameters it reads, all in configs/optim/<name>.yaml
+    build: Callable[[nn.Module, Any], torch.optim.Optimizer]  # (model, resolved train.optim)
+
+
+def _adamw(model, optim):
+    return build_optimizer(model, lr=optim.lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay,
+                           decay_embeddings=optim.decay_embeddings)
+
+
+def _groups(model, optim) -> list[dict]:
+    return parameter_groups(model, optim.weight_decay, optim.decay_embeddings)
+
+
+def _lamb(model, optim):
+    from pytorch_optimizer import Lamb
+
+    return Lamb(_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps)
+
+
+def _lion(model, optim):
+    from pytorch_optimizer import Lion
+
+    return Lion(_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas))
+
+
+def _sgd_nesterov(model, optim):
+    return torch.optim.SGD(_groups(model, optim), lr=optim.lr, momentum=optim.momentum, nesterov=True)
+
+
+def _adafactor(model, optim):
+    return torch.optim.Adafactor(_groups(model, optim), lr=optim.lr)
+
+
+def _muon(model, optim):
+    """Muon for the 2-D matrices inside the encoder's layers; AdamW groups for everything else."""
+    from pytorch_optimizer import Muon
+
+    hidden = {id(p) for name, p in model.named_parameters() if p.dim() == 2 and ".layer." in f".{name}"}
+    groups = []
+    for group in _groups(model, optim):
+        for use_muon in (True, False):
+            params = [p for p in group["params"] if (id(p) in hidden) == use_muon]
+            if params:
+                groups.append({**group, "params": params, "use_muon": use_muon})
+    return Muon(groups, lr=optim.lr, momentum=optim.momentum, use_adjusted_lr=True, adamw_lr=optim.lr,
+                adamw_betas=tuple(optim.betas), adamw_eps=optim.eps)
+
+
+OPTIMIZERS = {
+    "adamw": Optimizer(("lr", "betas", "eps", "weight_decay"), _adamw),
+    "lamb": Optimizer(("lr", "betas", "eps", "weight_decay"), _lamb),
+    "lion": Optimizer(("lr", "betas", "weight_decay"), _lion),
+    "sgd-nesterov": Optimizer(("lr", "momentum", "weight_decay"), _sgd_nesterov),
+    "adafactor": Optimizer(("lr", "weight_decay"), _adafactor),
+    "muon": Optimizer(("lr", "momentum", "betas", "eps", "weight_decay"), _muon),
+}
+
+
+def optimizer_defaults(name: str) -> dict:
+    if name not in OPTIMIZERS:
+        raise CrammingError(f"train.optim.name={name!r} is unknown; choose one of {', '.join(OPTIMIZERS)}")
+    return OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "optim" / f"{name}.yaml"))
+
+
+def resolve_optim(cfg) -> None:
+    """Fill the null hyperparameters of cfg.train.optim with the chosen optimizer's defaults, in place (so the
+    run's config.yaml records the values used); a set one the optimizer does not read is an error."""
+    optim = cfg.train.optim
+    spec, defaults = OPTIMIZERS.get(optim.name), optimizer_defaults(optim.name)
+    unused = [key for key in HYPERPARAMETERS if key not in spec.keys and optim[key] is not None]
+    if unused:
+        raise CrammingError(f"train.optim.{unused[0]} is not used by train.optim.name={optim.name} "
+                            f"(it reads {', '.join(spec.keys)})")
+    with open_dict(cfg):
+        for key in spec.keys:
+            if optim[key] is None:
+                optim[key] = defaults[key]
+
+
+def build_pretraining_optimizer(model: nn.Module, optim) -> torch.optim.Optimizer:
+    """The optimizer train.optim (resolved) describes, over the model's parameters."""
+    optim = OmegaConf.create(optim) if isinstance(optim, dict) else optim
+    return OPTIMIZERS[optim.name].build(model, optim)

@@ -1,0 +1,47 @@
+"""scripts/ablate.py: a sweep at equal budget gives one table and one loss plot, and a second call
+finishes an interrupted sweep without rerunning what is done."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from matplotlib.image import imread
+
+from cramming.ablate.sweep import SweepConfig, check_sweep
+from cramming.errors import CrammingError
+from tests.conftest import REPO_ROOT
+
+
+def ablate(*arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "ablate.py"), *arguments],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_smoke_sweep_writes_the_table_and_the_plot_then_skips_finished_runs(cache_dir, tmp_path):
+    out = tmp_path / "sweep"
+    run = ablate("sweep=smoke", f"output_dir={out}")
+    assert run.returncode == 0, run.stderr
+    table = (out / "ablations.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| option")]
+    assert [row.split(" | ")[0] for row in rows] == ["| adamw", "| lion", "| wsd"]
+    for label in ("adamw", "lion", "wsd"):
+        (run_dir,) = (out / "runs" / label).iterdir()
+        facts = json.loads((run_dir / "summary.json").read_text())
+        assert facts["stop_reason"] == "budget" and facts["budget_gpu_hours"] == 0.0005  # the same budget
+        assert f"{facts['smoothed_loss']:.4f}" in table
+    assert "`train.optim.name=lion`" in table
+    assert imread(out / "loss_overlay.png").shape[0] > 100
+
+    (out / "runs" / "wsd" / next((out / "runs" / "wsd").iterdir()).name / "summary.json").unlink()  # as if cut off
+    again = ablate("sweep=smoke", f"output_dir={out}")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("finished before") + again.stderr.count("finished before") == 2
+    assert len(list((out / "runs" / "wsd").iterdir())) == 1  # resumed in place, not a new run
+
+
+def test_a_sweep_without_runs_or_with_a_budget_of_its_own_is_refused():
+    with pytest.raises(CrammingError, match="needs `runs:`"):
+        check_sweep("empty", SweepConfig(base=["data=embedded"], runs={}))
+    with pytest.raises(CrammingError, match="run b sets budget=2; the budget belongs in `base`"):
+        check_sweep("uneven", SweepConfig(runs={"a": [], "b": ["budget=2"]}))

@@ -1,0 +1,57 @@
+"""Every optimizer and schedule of the ablation catalogue trains on the quick-start setup, and the
+optimizers with their own state resume exactly."""
+
+import math
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from safetensors.torch import load_file
+
+from cramming.runtime import LR_SCHEDULES
+from cramming.train.optimizers import OPTIMIZERS, optimizer_defaults
+from cramming.train.trainer import pretrain
+from tests.train.runs import STEP_RUN, InterruptAt, compose_config, records, summary
+
+
+# Each optimizer with one schedule, so that every option of both trains once under the budget clock
+# (the default users run), in six runs instead of twelve.
+PAIRS = list(zip(OPTIMIZERS, ["constant", "linear", "cosine", "wsd", "one-cycle", "inverse-sqrt"]))
+
+
+def test_every_option_is_paired():
+    assert sorted(schedule for _, schedule in PAIRS) == sorted(set(LR_SCHEDULES) - {"triangle"})
+
+
+@pytest.mark.parametrize(("name", "schedule"), PAIRS)
+def test_each_optimizer_and_schedule_trains_under_the_budget_clock(cache_dir, tmp_path, name, schedule):
+    overrides = ["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t", "budget=0.0006",
+                 "impl.microbatch_size=16", "train.batch_size=64", f"output_dir={tmp_path}", "logging.every_steps=1",
+                 f"train.optim.name={name}", f"train.lr_schedule={schedule}"]
+    run_dir = pretrain(compose_config(overrides))
+    losses = [record["loss"] for record in records(run_dir)]
+    assert len(losses) >= 3 and all(math.isfinite(loss) for loss in losses)
+    assert summary(run_dir)["stop_reason"] == "budget"
+    used = OmegaConf.load(run_dir / "config.yaml").train.optim
+    defaults = optimizer_defaults(name)
+    assert {key: used[key] for key in defaults} == {key: OmegaConf.create(defaults)[key] for key in defaults}
+
+
+def test_an_explicit_hyperparameter_beats_the_optimizers_default(cache_dir, tmp_path):
+    run_dir = pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path}", "train.max_steps=1",
+                                                  "train.optim.name=lion", "train.optim.lr=3e-4"]))
+    used = OmegaConf.load(run_dir / "config.yaml").train.optim
+    assert (used.lr, used.weight_decay, used.eps) == (3e-4, 0.1, None)  # lion reads no eps
+
+
+@pytest.mark.parametrize("name", ["lion", "muon"])  # pytorch-optimizer state; Muon's two kinds of group
+def test_optimizer_state_resumes_exactly(cache_dir, tmp_path, name):
+    straight = pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path / 'a'}", "train.max_steps=4",
+                                                   f"train.optim.name={name}"]))
+    halted = STEP_RUN + [f"output_dir={tmp_path / 'b'}", "train.max_steps=4", f"train.optim.name={name}"]
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(compose_config(halted), callbacks=[InterruptAt(3)])  # checkpoint after step 2
+    resumed = pretrain(compose_config(halted + ["resume=latest"]))
+    assert [r["loss"] for r in records(resumed)] == [r["loss"] for r in records(straight)]
+    final = [load_file(run / "checkpoints/final/model.safetensors") for run in (straight, resumed)]
+    assert all(torch.equal(final[0][key], final[1][key]) for key in final[0])

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 from torch import nn
 
 from cramming import CONFIG_DIR
@@ -95,13 +95,11 @@ def resolve_optim(cfg) -> None:
     if unused:
         raise CrammingError(f"train.optim.{unused[0]} is not used by train.optim.name={optim.name} "
                             f"(it reads {', '.join(spec.keys)})")
-    with open_dict(cfg):
-        for key in spec.keys:
-            if optim[key] is None:
-                optim[key] = defaults[key]
+    for key in spec.keys:
+        if optim[key] is None:
+            optim[key] = defaults[key]
 
 
 def build_pretraining_optimizer(model: nn.Module, optim) -> torch.optim.Optimizer:
     """The optimizer train.optim (resolved) describes, over the model's parameters."""
-    optim = OmegaConf.create(optim) if isinstance(optim, dict) else optim
     return OPTIMIZERS[optim.name].build(model, optim)

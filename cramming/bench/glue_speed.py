@@ -22,6 +22,7 @@ import torch
 
 from cramming.data.config import NormalizeConfig, TokenizerConfig
 from cramming.data.tokenizer import as_transformers_tokenizer, train_tokenizer
+from cramming.errors import CrammingError, exit_on_user_error
 from cramming.eval.batching import encode_split, subset
 from cramming.eval.config import GlueConfig
 from cramming.eval.data import get_task, load_task
@@ -54,6 +55,7 @@ def make_checkpoint(directory: Path, glue_dir: Path, args) -> Path:
     return directory
 
 
+@exit_on_user_error
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--glue-dir", type=Path, default=Path("../shared/data/glue"))
@@ -65,6 +67,10 @@ def main() -> None:
     parser.add_argument("--intermediate", type=int, default=512)
     parser.add_argument("--vocab", type=int, default=4096)
     args = parser.parse_args()
+    missing = [path for path in (args.glue_dir / "RTE" / "train.tsv", args.glue_dir / "MRPC" / "train.tsv")
+               if not path.is_file()]
+    if missing:
+        raise CrammingError(f"--glue-dir {args.glue_dir}: {missing[0]} not found (a classic GLUE TSV directory)")
 
     device = torch.device("cpu")
     prepare_device(device)

@@ -21,11 +21,7 @@ import time
 from pathlib import Path
 
 from cramming.data.sources import text_size_bytes
-
-
-def fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
+from cramming.errors import CrammingError, exit_on_user_error
 
 
 def run(command: list[str]) -> tuple[float, float]:
@@ -34,7 +30,7 @@ def run(command: list[str]) -> tuple[float, float]:
     process = subprocess.Popen(command)
     _, status, usage = os.wait4(process.pid, 0)
     if status != 0:
-        fail(f"{' '.join(command[1:3])} ... failed with status {status}")
+        raise CrammingError(f"{' '.join(command[1:4])} ... failed with status {status}")
     return time.perf_counter() - started, usage.ru_maxrss / 1024
 
 
@@ -59,6 +55,7 @@ def bare_encode(tokenizer_file: str, files: list[str], batch_mb: float) -> None:
     print(f"bare encoding: {tokens} tokens", flush=True)
 
 
+@exit_on_user_error
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", action="append", required=True, help="a glob of corpus files; repeat for more sets")
@@ -75,7 +72,7 @@ def main() -> None:
     for pattern in args.files:
         files = sorted(glob.glob(pattern))
         if not files:
-            fail(f"no files match {pattern}")
+            raise CrammingError(f"no files match {pattern}")
         megabytes = sum(text_size_bytes(f) for f in files) / 1e6
         with tempfile.TemporaryDirectory() as cache:
             prepare = run([sys.executable, "-m", "cramming.cli.prepare_data", "data=local", f"data.files={pattern}",

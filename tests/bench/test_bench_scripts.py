@@ -49,3 +49,10 @@ def test_prepare_benchmark_refuses_a_pattern_without_files(tmp_path):
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and run.stderr.strip() == f"error: no files match {tmp_path / 'none-*.gz'}"
     assert "Traceback" not in run.stderr
+
+
+def test_glue_speed_without_the_tsv_files_is_one_line(tmp_path):
+    run = subprocess.run([sys.executable, "scripts/bench_glue_speed.py", "--glue-dir", str(tmp_path)],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == f"error: --glue-dir {tmp_path}: {tmp_path / 'RTE' / 'train.tsv'} not found (a classic GLUE TSV directory)"

@@ -36,13 +36,10 @@ def test_glue_fine_tuning_matches_its_golden_numbers(golden_run, workdir):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("change", [
-    "arch.init_scheme=scaled",  # initialization
-    "train.mlm_rate=0.24",  # mask rate
-    "train.lr_schedule=linear",  # schedule
-    # an optimizer default, the one with the smallest effect in 60 steps (betas and eps move the curve
-    # 6-20x more; all eight changes measured in docs/reproduce.md)
+    # Three of the eight changes measured in docs/reproduce.md, to keep the suite short: the one with the
+    # smallest effect in 60 steps (the others move the curve 2-700x more), and the mask and data order.
     "train.optim.weight_decay=0.02",
-    "data.tokenizer.vocab_size=500",  # the tokenizer
+    "train.mlm_rate=0.24",  # mask rate
     "data.seed=1",  # the data order
 ])
 def test_a_change_to_training_trips_the_golden_check(workdir, change):

@@ -3,6 +3,7 @@ reaches a checkpoint, a tampered dataset cache, resuming into output_dir, crash 
 budget, Ctrl-C and SIGTERM, a torn metrics line."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from cramming.errors import CrammingError
 from cramming.model.checkpoint import read_weights
 from cramming.train import heartbeat
 from cramming.train.callbacks import Callback
+from cramming.train.interrupt import Interrupted
 from cramming.train.trainer import pretrain
 from tests.conftest import REPO_ROOT
 from tests.train.runs import STEP_RUN, InterruptAt, compose_config, only_run, records, summary
@@ -194,17 +196,10 @@ def test_a_torn_last_metrics_line_is_dropped_on_resume(cache_dir, tmp_path, capl
 SIGNALLED_RUN = [*STEP_RUN, "train.max_steps=40", "checkpoint.interval_minutes=100"]
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> Path:
-    """The run the signalled ones must end up equal to (computed once for both signals)."""
-    output_dir = tmp_path_factory.mktemp("uninterrupted")
-    return pretrain(compose_config(SIGNALLED_RUN + [f"output_dir={output_dir}", f"cache_dir={output_dir / 'cache'}"]))
-
-
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_stops_after_the_step_with_a_checkpoint_and_the_run_resumes_exactly(cache_dir, tmp_path, signum,
-                                                                                     uninterrupted):
-    arguments, straight = SIGNALLED_RUN, uninterrupted
+def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_run_resumes_exactly(cache_dir, tmp_path):
+    """SIGTERM (a scheduler's preemption) to the CLI; Ctrl-C takes the same path (next test)."""
+    arguments, signum = SIGNALLED_RUN, signal.SIGTERM
+    straight = pretrain(compose_config(SIGNALLED_RUN + [f"output_dir={tmp_path / 'a'}"]))
     victim = run_cli(*arguments, f"output_dir={tmp_path / 'b'}", start_new_session=True)
     wait_for("t/*/metrics.jsonl", tmp_path / "b", victim)
     time.sleep(0.5)
@@ -221,6 +216,27 @@ def test_a_signal_stops_after_the_step_with_a_checkpoint_and_the_run_resumes_exa
     assert resumed.returncode == 0, resumed.stderr
     weights_a, weights_b = final_weights(straight), final_weights(run_dir)
     assert all(torch.equal(weights_a[key], weights_b[key]) for key in weights_a)
+
+
+class SignalAt(Callback):
+    """Sends this process a signal during the given step (1-based), as Ctrl-C in its terminal would."""
+
+    def __init__(self, step: int, signum: int):
+        self.step, self.signum = step, signum
+
+    def before_step(self, state):
+        if state.progress.step + 1 == self.step:
+            os.kill(os.getpid(), self.signum)
+
+
+def test_ctrl_c_stops_after_the_step_with_a_checkpoint(cache_dir, tmp_path):
+    with pytest.raises(Interrupted) as stopped:
+        pretrain(compose_config(SIGNALLED_RUN + [f"output_dir={tmp_path}"]), callbacks=[SignalAt(3, signal.SIGINT)])
+    run_dir = only_run(tmp_path)
+    assert stopped.value.exit_code == 130 and summary(run_dir)["stop_reason"] == "interrupted"
+    assert str(stopped.value) == (f"stopped at step 3; checkpoint {run_dir / 'checkpoints' / 'step-00000003'}; "
+                                  f"to go on, run the same command with resume={run_dir}")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is given back
 
 
 def test_a_second_signal_exits_at_once(cache_dir, tmp_path):

@@ -14,7 +14,7 @@ from tests.conftest import REPO_ROOT
 
 MAX_MODULE_LINES = 300
 # The whole model reads top to bottom in one file, which is also the export's remote code (DESIGN.md 6).
-LONGER_BY_DESIGN = {"crammed_bert.py": 440}  # the whole model in one readable file (docs/model.md)
+LONGER_BY_DESIGN = {"crammed_bert.py": 490}  # the whole model in one readable file (docs/model.md)
 MAX_SCRIPT_LINES = 60
 
 

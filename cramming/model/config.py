@@ -17,9 +17,15 @@ ConfigStore.instance().store(group="arch", name="schema", node=ModelConfig)
 
 _CHOICES = {
     "ffn": ("glu", "gelu"),
-    "norm_scheme": ("pre", "post"),
+    "norm_scheme": ("pre", "post", "none"),
     "positions": ("scaled-sinusoidal", "learned"),
-    "init_scheme": ("normal", "scaled"),
+    "init_scheme": ("normal", "scaled", "small", "rezero", "skipinit", "tfixup", "deepnorm"),
+}
+# The norm_scheme an init_scheme is made for, and why (see crammed_bert.Layer)
+_NORM_SCHEME_OF = {
+    "rezero": ("none", "trains without LayerNorms"),
+    "tfixup": ("none", "trains without LayerNorms"),
+    "deepnorm": ("post", "up-weights the residual of post-LN layers"),
 }
 
 
@@ -51,6 +57,9 @@ def check_model_config(cfg: ModelConfig) -> None:
     for key, allowed in _CHOICES.items():
         if getattr(cfg, key) not in allowed:
             raise CrammingError(f"arch.{key} must be one of {', '.join(allowed)}, got {getattr(cfg, key)!r}")
+    if cfg.init_scheme in _NORM_SCHEME_OF and cfg.norm_scheme != _NORM_SCHEME_OF[cfg.init_scheme][0]:
+        norm_scheme, why = _NORM_SCHEME_OF[cfg.init_scheme]
+        raise CrammingError(f"arch.init_scheme={cfg.init_scheme} {why}: set arch.norm_scheme={norm_scheme}")
     if cfg.hidden_size % cfg.num_heads:
         raise CrammingError(
             f"arch.hidden_size ({cfg.hidden_size}) must be divisible by arch.num_heads ({cfg.num_heads})"

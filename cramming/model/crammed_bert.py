@@ -29,7 +29,7 @@ class ModelConfig:
     num_heads: int = 12
     intermediate_size: int = 3072  # with ffn=glu: split into gate and value halves of intermediate_size / 2
     ffn: str = "glu"  # glu: GELU(gate) * value | gelu: GELU(x), as in BERT
-    norm_scheme: str = "pre"  # pre: x + f(LN x) | post: LN(x + f(x)), as in BERT
+    norm_scheme: str = "pre"  # pre: x + f(LN x) | post: LN(x + f(x)), as in BERT | none: x + f(x)
     final_norm: bool = True  # LayerNorm after the last layer
     bias: bool = False  # biases in every Linear of the encoder and MLM head (decoder bias included)
     positions: str = "scaled-sinusoidal"  # scaled-sinusoidal: fixed sinusoids x one learned scalar | learned
@@ -37,8 +37,10 @@ class ModelConfig:
     head_transform: bool = False  # BERT's dense + GELU + LayerNorm before the MLM decoder
     sparse_prediction: bool = True  # run the decoder and loss on the masked positions only
     norm_eps: float = 1e-12
-    init_scheme: str = "normal"  # normal: N(0, init_std) | scaled: residual output projections / sqrt(2L)
-    init_std: float = 0.02
+    # normal: N(0, init_std) | scaled: residual output projections / sqrt(2L) | small | rezero | skipinit |
+    # tfixup | deepnorm: see init_module (and Layer: the gates of rezero and skipinit, deepnorm's α)
+    init_scheme: str = "normal"
+    init_std: float = 0.02  # std of every weight that the init_scheme does not set otherwise
     dropout: float = 0.0  # embeddings, attention probs, residual branches, classifier; 0 in pretraining
 
 
@@ -114,7 +116,17 @@ class Embeddings(nn.Module):
         return self.dropout(self.LayerNorm(x))
 
 
-class ResidualOutput(nn.Linear):
+class BranchLinear(nn.Linear):
+    """A Linear inside a residual branch. Its rows may hold several matrices fused into one GEMM (query, key,
+    value; GLU's gate, value): to the xavier inits of tfixup and deepnorm each is a matrix of its own, and
+    those on the value path (all but query and key) are shrunk."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, value_path=(True,)):
+        super().__init__(in_features, out_features, bias)
+        self.value_path: tuple[bool, ...] = value_path  # per fused matrix, in row order
+
+
+class ResidualOutput(BranchLinear):
     """The last Linear of a residual branch: init_scheme=scaled shrinks its initialization."""
 
 
@@ -135,7 +147,8 @@ class SelfAttention(nn.Module):
         super().__init__()
         self.num_heads = cfg.num_heads
         self.dropout_p = cfg.dropout
-        self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=cfg.bias)  # query, key, value: one GEMM
+        # query, key, value: one GEMM
+        self.qkv = BranchLinear(cfg.hidden_size, 3 * cfg.hidden_size, cfg.bias, (False, False, True))
         self.dense = ResidualOutput(cfg.hidden_size, cfg.hidden_size, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
 
@@ -193,7 +206,8 @@ class FeedForward(nn.Module):
         super().__init__()
         self.glu = cfg.ffn == "glu"
         width = cfg.intermediate_size // 2 if self.glu else cfg.intermediate_size
-        self.intermediate = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.bias)
+        value_path = (True, True) if self.glu else (True,)  # GLU: gate and value
+        self.intermediate = BranchLinear(cfg.hidden_size, cfg.intermediate_size, cfg.bias, value_path)
         self.output = ResidualOutput(width, cfg.hidden_size, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
 
@@ -208,15 +222,25 @@ class FeedForward(nn.Module):
 
 
 class Layer(nn.Module):
-    """One transformer layer; pre-LN (x + f(LN x), the crammed choice) or post-LN (LN(x + f(x)), BERT's)."""
+    """One transformer layer: pre-LN x + f(LN x) (the crammed choice), post-LN LN(x + f(x)) (BERT's), or no
+    LayerNorm, x + f(x) (norm_scheme=none). rezero and skipinit gate the branches with learned scalars that
+    start at 0, x + g·f(x), so the layer starts as the identity; deepnorm up-weights x: LN(α·x + f(x)).
+    """
 
     def __init__(self, cfg):
         super().__init__()
         self.pre_norm = cfg.norm_scheme == "pre"
-        self.attention_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
+        no_norm = cfg.norm_scheme == "none"
+        self.attention_norm = nn.Identity() if no_norm else nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
         self.attention = SelfAttention(cfg)
-        self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
+        self.ffn_norm = nn.Identity() if no_norm else nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
         self.ffn = FeedForward(cfg)
+        # rezero (Bachlechner et al. 2020): one gate for both branches, as in its transformer; skipinit (De &
+        # Smith 2020): one per branch. (1,) or (2,): attention, ffn.
+        gates = {"rezero": 1, "skipinit": 2}.get(cfg.init_scheme)
+        self.residual_gate = nn.Parameter(torch.zeros(gates)) if gates else None
+        # DeepNet (Wang et al. 2022): α = (2N)^1/4 for an encoder-only model
+        self.residual_scale = (2 * cfg.num_layers) ** 0.25 if cfg.init_scheme == "deepnorm" else 1.0
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor | None = None,
                 eager: bool = False, unpadded: Unpadded | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -224,13 +248,22 @@ class Layer(nn.Module):
         (N, C) -> (N, C) for the real tokens of an `unpadded` batch; with the attention probabilities when
         `eager` (see SelfAttention)."""
         residual = x if positions is None else gather_rows(x, positions)
+        # a gate per branch, (1,) or (2,) -> two scalars: rezero's one gate serves both
+        gates = (None, None) if self.residual_gate is None else self.residual_gate.expand(2)
+        attention_gate, ffn_gate = gates
         if self.pre_norm:
             attended, probs = self.attention(self.attention_norm(x), mask, positions, eager, unpadded)
-            x = residual + attended
-            return x + self.ffn(self.ffn_norm(x)), probs
+            x = self._add(residual, attended, attention_gate)
+            return self._add(x, self.ffn(self.ffn_norm(x)), ffn_gate), probs
         attended, probs = self.attention(x, mask, positions, eager, unpadded)
-        x = self.attention_norm(residual + attended)
-        return self.ffn_norm(x + self.ffn(x)), probs
+        x = self.attention_norm(self._add(residual, attended, attention_gate))
+        return self.ffn_norm(self._add(x, self.ffn(x), ffn_gate)), probs
+
+    def _add(self, x: torch.Tensor, branch: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
+        """The residual sum: x + f(x), x + g·f(x) with a gate (rezero, skipinit) or α·x + f(x) (deepnorm)."""
+        if gate is not None:
+            return x + gate * branch
+        return x + branch if self.residual_scale == 1.0 else self.residual_scale * x + branch
 
 
 class EncoderStates(NamedTuple):
@@ -248,6 +281,9 @@ class Encoder(nn.Module):
         self.embeddings = Embeddings(cfg, vocab_size)
         self.layer = nn.ModuleList(Layer(cfg) for _ in range(cfg.num_layers))
         self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps) if cfg.final_norm else nn.Identity()
+        # Layers that do not run (their input passes through): set by training techniques that shrink the
+        # depth (progressive layer dropping, progressive stacking); empty otherwise and in every export.
+        self.skip_layers: frozenset[int] = frozenset()
         # transformers' gradient_checkpointing_enable() sets these two: recompute each layer in backward.
         self.gradient_checkpointing = False
         self._gradient_checkpointing_func = None
@@ -261,9 +297,13 @@ class Encoder(nn.Module):
         """
         mask, unpadded = self._key_mask(attention_mask), self._unpadded(attention_mask, positions)
         x = self.embeddings(input_ids, unpadded)  # (B, T, C), or (N, C)
-        for layer in self.layer[:-1]:
+        running = [layer for index, layer in enumerate(self.layer) if index not in self.skip_layers]
+        for layer in running[:-1]:
             x, _ = self._run(layer, x, mask, None, False, unpadded)
-        x, _ = self._run(self.layer[-1], x, mask, positions, False, unpadded)  # (B, T or k, C), or (N, C)
+        if running:
+            x, _ = self._run(running[-1], x, mask, positions, False, unpadded)  # (B, T or k, C), or (N, C)
+        elif positions is not None:
+            x = gather_rows(x, positions)  # (B, k, C)
         return self._padded(self.final_norm(x), unpadded)
 
     def states(self, input_ids, attention_mask=None, eager: bool = False) -> EncoderStates:
@@ -398,24 +438,51 @@ class CrammedForSequenceClassification(nn.Module):
         return Output(loss, logits)
 
 
+SMALL_INIT = 1e-4  # init_scheme=small: embeddings from U(-1e-4, 1e-4)
+
+
 @torch.no_grad()
 def init_module(module: nn.Module, cfg) -> None:
-    """Initialize one module's own parameters: N(0, init_std) for Linear and Embedding weights (residual
-    outputs divided by sqrt(2 * num_layers) with init_scheme=scaled, as GPT-2), zero biases, unit norms,
-    the position scale at 1/sqrt(hidden_size).
+    """Initialize one module's own parameters (N = num_layers): zero biases, unit norms, zero residual gates
+    (rezero, skipinit), the position scale at 1/sqrt(hidden_size) (the embeddings' scale), and Linear and
+    Embedding weights N(0, init_std) (heads always), except:
+
+    scaled: attention and FFN output projections N(0, init_std / sqrt(2N)), as GPT-2.
+    small: embeddings (tokens, learned positions) U(-1e-4, 1e-4), the position scale 1e-4: the embedding
+        LayerNorm brings them to unit scale, and their direction moves fast from so close to 0 (BlinkDL's
+        SmallInitEmb, used in RWKV).
+    tfixup (Huang et al. 2020), its encoder rule: branch matrices xavier-uniform, the value, attention output
+        and FFN matrices times 0.67·N^-1/4; embeddings N(0, hidden_size^-1/2). (Its (9N)^-1/4 on the input
+        embeddings comes with a decoder; here the embedding LayerNorm would undo it.)
+    deepnorm (Wang et al. 2022): branch matrices xavier-normal, the value, attention output and FFN matrices
+        with gain β = (8N)^-1/4, its encoder-only value (α: see Layer).
+    A fused matrix (qkv; GLU's gate and value) is initialized as its separate matrices (see BranchLinear).
 
     `init_weights` applies it bottom-up; transformers applies it (as `_init_weights`) in the same order to
     an exported model, so both draw the same weights from the same seed.
     """
-    if isinstance(module, (nn.Linear, nn.Embedding)):
-        scaled = isinstance(module, ResidualOutput) and cfg.init_scheme == "scaled"
-        nn.init.normal_(module.weight, mean=0.0, std=cfg.init_std / (math.sqrt(2 * cfg.num_layers) if scaled else 1))
+    scheme, N = cfg.init_scheme, cfg.num_layers
+    if isinstance(module, BranchLinear) and scheme in ("tfixup", "deepnorm"):
+        for weight, on_value_path in zip(module.weight.chunk(len(module.value_path)), module.value_path):
+            if scheme == "tfixup":
+                nn.init.xavier_uniform_(weight, gain=0.67 * N**-0.25 if on_value_path else 1.0)
+            else:
+                nn.init.xavier_normal_(weight, gain=(8 * N) ** -0.25 if on_value_path else 1.0)
+    elif isinstance(module, nn.Embedding) and scheme == "small":
+        nn.init.uniform_(module.weight, -SMALL_INIT, SMALL_INIT)
+    elif isinstance(module, nn.Embedding) and scheme == "tfixup":
+        nn.init.normal_(module.weight, mean=0.0, std=cfg.hidden_size**-0.5)
+    elif isinstance(module, (nn.Linear, nn.Embedding)):
+        scaled = isinstance(module, ResidualOutput) and scheme == "scaled"
+        nn.init.normal_(module.weight, mean=0.0, std=cfg.init_std / (math.sqrt(2 * N) if scaled else 1))
     if isinstance(module, (nn.Linear, nn.LayerNorm, MaskedLMHead)) and module.bias is not None:
         nn.init.zeros_(module.bias)
     if isinstance(module, nn.LayerNorm):
         nn.init.ones_(module.weight)
     if isinstance(module, Embeddings) and module.position_embeddings is None:
-        nn.init.constant_(module.position_scale, cfg.hidden_size**-0.5)
+        nn.init.constant_(module.position_scale, SMALL_INIT if scheme == "small" else cfg.hidden_size**-0.5)
+    if isinstance(module, Layer) and module.residual_gate is not None:
+        nn.init.zeros_(module.residual_gate)
 
 
 def init_weights(model: nn.Module, cfg) -> None:

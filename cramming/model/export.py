@@ -53,6 +53,7 @@ def is_bert_layout(cfg) -> bool:
     """Whether the architecture is exactly what transformers' BERT computes."""
     return (
         cfg.norm_scheme == "post"
+        and cfg.init_scheme not in ("skipinit", "deepnorm")  # BERT has neither residual gates nor DeepNorm's α
         and cfg.ffn == "gelu"
         and cfg.bias
         and cfg.positions == "learned"

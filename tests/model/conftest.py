@@ -14,6 +14,9 @@ from cramming.model.config import as_model_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 VOCAB_SIZE = 256
+# every arch.init_scheme with a norm_scheme it accepts (skipinit with pre and post)
+SCHEMES = [("normal", "pre"), ("scaled", "pre"), ("small", "pre"), ("rezero", "none"), ("skipinit", "pre"),
+           ("skipinit", "post"), ("tfixup", "none"), ("deepnorm", "post")]
 
 
 def arch_config(name: str, *overrides: str) -> ModelConfig:

@@ -12,21 +12,25 @@ from cramming.model import build_classifier, build_mlm_model
 from cramming.model.checkpoint import build_classifier_from_pretrained, save_pretrained
 from cramming.model.export import export_to_transformers
 
-from .conftest import arch_config
+from .conftest import SCHEMES, arch_config
 
 CRAMMING = Path(__file__).resolve().parents[2] / "cramming"
 
 
 @pytest.mark.parametrize(
-    "name, mlm_class, classifier_class",
+    "name, overrides, mlm_class, classifier_class",
     [
-        ("crammed-bert-tiny", "CrammedBertForMaskedLM", "CrammedBertForSequenceClassification"),
-        ("bert-base-tiny", "BertForMaskedLM", "BertForSequenceClassification"),
+        ("crammed-bert-tiny", (), "CrammedBertForMaskedLM", "CrammedBertForSequenceClassification"),
+        ("bert-base-tiny", (), "BertForMaskedLM", "BertForSequenceClassification"),
+        # BERT's layout with what transformers' BERT lacks (residual gates, DeepNorm's α): the remote code
+        ("bert-base-tiny", ("init_scheme=skipinit",), "CrammedBertForMaskedLM", "CrammedBertForSequenceClassification"),
+        ("bert-base-tiny", ("init_scheme=deepnorm",), "CrammedBertForMaskedLM", "CrammedBertForSequenceClassification"),
     ],
 )
-def test_transformers_loads_export_with_equal_logits(tmp_path, tokenizer, name, mlm_class, classifier_class):
+def test_transformers_loads_export_with_equal_logits(tmp_path, tokenizer, name, overrides, mlm_class,
+                                                     classifier_class):
     torch.manual_seed(0)
-    model = build_mlm_model(arch_config(name), len(tokenizer)).eval()
+    model = build_mlm_model(arch_config(name, *overrides), len(tokenizer)).eval()
     save_pretrained(model, tmp_path / "ckpt", tokenizer)
     export_to_transformers(tmp_path / "ckpt", tmp_path / "hf")
     inputs = tokenizer(["abc def ghij", "ab cd ef gh ij kl mn op"], padding=True, return_tensors="pt")
@@ -65,17 +69,28 @@ def test_export_refuses_its_own_directory(tmp_path, tokenizer):
         export_to_transformers(tmp_path / "ckpt", tmp_path / "ckpt")
 
 
-@pytest.mark.parametrize("init_scheme", ["normal", "scaled"])
-def test_remote_code_initializes_as_training_does(tmp_path, tokenizer, init_scheme):
+@pytest.mark.parametrize("init_scheme, norm_scheme", SCHEMES)
+def test_remote_code_initializes_as_training_does(tmp_path, tokenizer, init_scheme, norm_scheme):
     """One initialization: from the same seed, transformers builds the exported architecture with exactly
-    the training model's weights (so its logits are the same), init_scheme included."""
-    cfg = arch_config("crammed-bert-tiny", f"init_scheme={init_scheme}")
+    the training model's weights (so its logits are the same), init_scheme included. And a trained model
+    (gates open, every weight moved) exports with the same logits: the scheme's gates and α included."""
+    cfg = arch_config("crammed-bert-tiny", f"init_scheme={init_scheme}", f"norm_scheme={norm_scheme}")
     vocab_size = len(tokenizer)
-    save_pretrained(build_mlm_model(cfg, vocab_size), tmp_path / "ckpt", tokenizer)
+    trained = build_mlm_model(cfg, vocab_size).eval()
+    with torch.no_grad():
+        for parameter in trained.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    save_pretrained(trained, tmp_path / "ckpt", tokenizer)
     export_to_transformers(tmp_path / "ckpt", tmp_path / "hf")
     config = AutoConfig.from_pretrained(tmp_path / "hf", trust_remote_code=True)
+    assert (config.init_scheme, config.norm_scheme) == (init_scheme, norm_scheme)
     classifier_config = AutoConfig.from_pretrained(tmp_path / "hf", trust_remote_code=True, num_labels=3)
     inputs = tokenizer(["abc def ghij", "ab cd ef gh ij kl mn op"], padding=True, return_tensors="pt")
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        exported = AutoModelForMaskedLM.from_pretrained(tmp_path / "hf", trust_remote_code=True).eval()
+        expected = trained(inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
+        torch.testing.assert_close(exported(**inputs).logits[real], expected[real], rtol=1e-4, atol=1e-4)
     pairs = [
         (lambda: build_mlm_model(cfg, vocab_size), lambda: AutoModelForMaskedLM.from_config(config, trust_remote_code=True)),
         (lambda: build_classifier(cfg, vocab_size, 3),
@@ -92,9 +107,6 @@ def test_remote_code_initializes_as_training_does(tmp_path, tokenizer, init_sche
         with torch.no_grad():
             expected = ours(inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
             assert torch.equal(theirs(**inputs).logits, expected)
-    residual_std = 0.02 / (2 if init_scheme == "scaled" else 1)  # 1 / sqrt(2 * 2 layers) when scaled
-    output = theirs.crammed.bert.layer[0].ffn.output.weight
-    assert output.std().item() == pytest.approx(residual_std, rel=0.1)
 
 
 def test_the_remote_code_is_the_training_model_file(tmp_path, tokenizer):

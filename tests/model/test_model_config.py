@@ -54,6 +54,10 @@ def test_unknown_key_rejected():
         ({"norm_scheme": "sandwich"}, "arch.norm_scheme must be one of"),
         ({"positions": "rotary"}, "arch.positions must be one of"),
         ({"init_scheme": "xavier"}, "arch.init_scheme must be one of"),
+        ({"init_scheme": "rezero"}, "init_scheme=rezero trains without LayerNorms: set arch.norm_scheme=none"),
+        ({"init_scheme": "tfixup", "norm_scheme": "post"}, "init_scheme=tfixup .*: set arch.norm_scheme=none"),
+        ({"init_scheme": "deepnorm"}, "init_scheme=deepnorm .* post-LN layers: set arch.norm_scheme=post"),
+        ({"init_scheme": "deepnorm", "norm_scheme": "none"}, "set arch.norm_scheme=post"),
         ({"num_layers": 0}, "arch.num_layers must be a positive integer"),
         ({"intermediate_size": 301}, "must be even"),
         ({"dropout": 1.0}, "arch.dropout must be in"),
@@ -62,8 +66,9 @@ def test_unknown_key_rejected():
 def test_invalid_values_rejected(change, message):
     tiny = ModelConfig(name="x", hidden_size=64, num_heads=4, intermediate_size=256)
     cfg = dataclasses.replace(tiny, **change)
-    with pytest.raises(CrammingError, match=message):
+    with pytest.raises(CrammingError, match=message) as error:
         build_mlm_model(cfg, vocab_size=256)
+    assert "\n" not in str(error.value)
 
 
 def test_invalid_vocab_size_rejected():

@@ -10,7 +10,9 @@ from matplotlib.image import imread
 
 from cramming.ablate.sweep import SweepConfig, check_sweep
 from cramming.errors import CrammingError
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, SHARED_DATA
+
+GLUE_DIR = SHARED_DATA / "glue"
 
 
 def ablate(*arguments: str) -> subprocess.CompletedProcess:
@@ -20,16 +22,21 @@ def ablate(*arguments: str) -> subprocess.CompletedProcess:
 
 def test_smoke_sweep_writes_the_table_and_the_plot_then_skips_finished_runs(cache_dir, tmp_path):
     out = tmp_path / "sweep"
-    run = ablate("sweep=smoke", f"output_dir={out}")
+    scored = (GLUE_DIR / "RTE").is_dir()  # the GLUE column where the GLUE files are at hand
+    glue = [f"overrides=['eval=glue','eval.tasks=[rte]','eval.data_dir={GLUE_DIR}','eval.max_train_examples=32',"
+            "'eval.epochs=1']"] if scored else []
+    run = ablate("sweep=smoke", f"output_dir={out}", *glue)
     assert run.returncode == 0, run.stderr
     table = (out / "ablations.md").read_text()
+    assert table.splitlines()[2].endswith("| stopped | GLUE |" if scored else "| stopped |")
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| option")]
     assert [row.split(" | ")[0] for row in rows] == ["| adamw", "| lion", "| wsd"]
-    for label in ("adamw", "lion", "wsd"):
+    for label, row in zip(("adamw", "lion", "wsd"), rows):
         (run_dir,) = (out / "runs" / label).iterdir()
         facts = json.loads((run_dir / "summary.json").read_text())
         assert facts["stop_reason"] == "budget" and facts["budget_gpu_hours"] == 0.0005  # the same budget
-        assert f"{facts['smoothed_loss']:.4f}" in table
+        assert f"{facts['smoothed_loss']:.4f}" in row
+        assert not scored or row.endswith(f" {facts['glue_score']:.1f} |")
     assert "`train.optim.name=lion`" in table
     assert imread(out / "loss_overlay.png").shape[0] > 100
 

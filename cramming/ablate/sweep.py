@@ -105,17 +105,20 @@ def _stop_reason(run_dir: Path) -> str | None:
 
 
 def write_table(name: str, sweep: SweepConfig, run_dirs: dict[str, Path], path: Path) -> str:
-    """One row per option: its overrides, final (smoothed) and validation MLM loss, tokens/s, peak memory, steps."""
+    """One row per option: its overrides, final (smoothed) and validation MLM loss, tokens/s, peak memory,
+    steps, and the GLUE score when the runs were scored (`eval=glue` in the sweep or its overrides)."""
+    summaries = {label: json.loads((run_dir / "summary.json").read_text()) for label, run_dir in run_dirs.items()}
+    glue = any("glue_score" in facts for facts in summaries.values())
     rows = [f"Sweep `{name}`, equal budget; every run: `{' '.join(sweep.base)}`.", "",
             "| option | overrides | final MLM loss (smoothed) | validation MLM loss | tokens/s | peak memory (GB) "
-            "| steps | stopped |",
-            "|---|---|---|---|---|---|---|---|"]
-    for label, run_dir in run_dirs.items():
-        facts = json.loads((run_dir / "summary.json").read_text())
+            f"| steps | stopped |{' GLUE |' if glue else ''}",
+            f"|---|---|---|---|---|---|---|---|{'---|' if glue else ''}"]
+    for label, facts in summaries.items():
         validation = (facts.get("validation") or {}).get("final_loss")
         rows.append(f"| {label} | `{' '.join(sweep.runs[label]) or '(base)'}` | {_number(facts['smoothed_loss'])} "
                     f"| {_number(validation)} | {_number(facts['mean_tokens_per_s'], '.0f')} "
-                    f"| {_number(facts['peak_memory_gb'], '.2f')} | {facts['steps']} | {facts['stop_reason']} |")
+                    f"| {_number(facts['peak_memory_gb'], '.2f')} | {facts['steps']} | {facts['stop_reason']} |"
+                    + (f" {_number(facts.get('glue_score'), '.1f')} |" if glue else ""))
     table = "\n".join(rows) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(table)

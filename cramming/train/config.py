@@ -26,6 +26,25 @@ class OptimConfig:
     momentum: Optional[float] = None  # sgd-nesterov, muon
     decay_embeddings: bool = True  # false: no weight decay on embedding tables either
     grad_clip: Optional[float] = 0.5  # max global gradient norm; null disables
+    # > 0: sharpness-aware minimization around the optimizer (cramming.train.sam): each step's gradient is
+    # taken again at the weights moved by sam_rho along the normalized gradient; two passes per step
+    sam_rho: float = 0.0
+
+
+@dataclass
+class LayerDropConfig:
+    """Progressive layer dropping (cramming.train.callbacks.layer_drop); off at max_rate 0."""
+
+    max_rate: float = 0.0  # the deepest layer's drop probability once the rate has risen; layer i of L: i/L of it
+    rise_fraction: float = 0.1  # the rate rises as 1 - exp(-f / rise_fraction) with progress f
+
+
+@dataclass
+class StackingConfig:
+    """Progressive stacking (cramming.train.callbacks.stacking); off when `stages` is empty."""
+
+    stages: list[int] = field(default_factory=list)  # layer counts, e.g. [4, 8, 16]; the last is arch.num_layers
+    at: Optional[list[float]] = None  # progress fractions at which stages 2, 3, ... start; null: equal shares
 
 
 @dataclass
@@ -57,6 +76,8 @@ class TrainConfig:
     seed: int = 0
     max_nonfinite_steps: int = 10  # stop after this many non-finite losses in a row
     validation: ValidationConfig = field(default_factory=ValidationConfig)
+    layer_drop: LayerDropConfig = field(default_factory=LayerDropConfig)
+    stacking: StackingConfig = field(default_factory=StackingConfig)
 
 
 @dataclass
@@ -86,6 +107,9 @@ class ImplConfig:
     # true: two runs on the same machine are bit-identical (deterministic kernels, cuBLAS workspace, the math
     # attention backend); needs train.progress=steps. Slower: see docs/training.md
     deterministic: bool = False
+    # true: each layer's activations are recomputed in the backward pass instead of kept (less memory, about a
+    # third more compute; the GPU microbatch search then finds a larger microbatch)
+    activation_checkpointing: bool = False
 
 
 @dataclass

@@ -60,11 +60,15 @@ def search_microbatch(step: Callable[[int], int], start: int, limit: int, usable
     raise CrammingError("microbatch search: not even one sequence fits in GPU memory; use a smaller arch")
 
 
-def cache_key(device: torch.device, arch: dict, seq_length: int, precision: str, world_size: int) -> str:
-    """What the answer depends on: the card, the model, the sequence length, the precision, DDP's buffers."""
+def cache_key(device: torch.device, arch: dict, seq_length: int, precision: str, world_size: int,
+              activation_checkpointing: bool = False) -> str:
+    """What the answer depends on: the card, the model, the sequence length, the precision, DDP's buffers,
+    and whether activations are recomputed (they are most of the memory)."""
     properties = torch.cuda.get_device_properties(device)
     described = {"gpu": properties.name, "memory": properties.total_memory, "arch": arch,
                  "seq_length": seq_length, "precision": precision, "ddp": world_size > 1}
+    if activation_checkpointing:  # absent otherwise, so that earlier runs' cached answers still match
+        described["activation_checkpointing"] = True
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -133,7 +137,7 @@ def choose_microbatch(cfg, settings: Settings, dist: Distributed, model: torch.n
         usable = (1 - MEMORY_MARGIN) * torch.cuda.get_device_properties(settings.device).total_memory
         limit = max(cfg.train.batch_size // dist.world_size, 1)
         key = cache_key(settings.device, OmegaConf.to_container(cfg.arch, resolve=True), seq_length,
-                        settings.precision.name, dist.world_size)
+                        settings.precision.name, dist.world_size, cfg.impl.activation_checkpointing)
         with torch.random.fork_rng(devices=[settings.device]):
             chosen = cached_search(Path(cfg.cache_dir).expanduser(), key, lambda: search_microbatch(
                 step, settings.profile.microbatch_size, limit, usable))

@@ -12,6 +12,7 @@ from cramming.hardware import GpuProfile, check_profile, known_profiles, resolve
 from cramming.data.prepare import check_data_config
 from cramming.model.config import as_model_config
 from cramming.runtime import LR_SCHEDULES, Precision
+from cramming.train.techniques import check_techniques
 from cramming.train.wandb_logger import check_wandb_config
 
 
@@ -119,4 +120,5 @@ def check_train_config(cfg) -> None:
     for ok, problem in rules:
         if not ok:
             raise CrammingError(problem)
+    check_techniques(cfg)
     check_wandb_config(cfg.wandb)

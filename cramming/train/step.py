@@ -28,6 +28,8 @@ class TrainStep:
     their gradients (and loss) are rescaled to a mean over that smaller batch, so no compute is wasted.
     """
 
+    keeps_batches = False  # True for a step that runs its microbatches twice (cramming.train.sam)
+
     def __init__(self, network: torch.nn.Module, scaler: torch.amp.GradScaler, precision: Precision,
                  dist: Distributed, stream, callbacks: CallbackList, stopping: StoppingRule, train_cfg):
         self.network = network  # the model as it runs: compiled and/or wrapped by DDP
@@ -39,6 +41,7 @@ class TrainStep:
         # on (the first compiles and warms up), and the first step's own.
         self.timing = {"steps": 0, "step_s": 0.0, "data_s": 0.0, "first_step_s": 0.0}
         self.data_wait = 0.0  # in the current step
+        self.batches: list[dict] = []  # the current step's microbatches, on the device, if keeps_batches
 
     def run(self, state: TrainState) -> None:
         """Run the step planned in state; sets state.step_loss, step_microbatches and step_applied."""
@@ -58,32 +61,43 @@ class TrainStep:
 
     def _accumulate(self, state: TrainState) -> tuple[torch.Tensor, int]:
         """Forward and backward up to state.accumulate microbatches; the mean loss and how many ran."""
-        accumulate, device = state.accumulate, state.device
+        device, done = state.device, 0
         step_loss = torch.zeros((), device=device)
-        done = 0
-        while done < accumulate:
+        self.batches = []
+        while done < state.accumulate:
             if done and self._budget_ran_out(device):
                 break
             waited = time.perf_counter()
             batch = {key: value.to(device, non_blocking=True) for key, value in next(self.stream).items()}
             self.data_wait += time.perf_counter() - waited
-            last = done + 1 == accumulate
-            sync = contextlib.nullcontext() if last or not self.dist.enabled else self.network.no_sync()
-            with sync:
-                with self.precision.autocast():
-                    loss = self.network(**batch).loss
-                loss = self.callbacks.after_forward(state, batch, loss)
-                self.scaler.scale(loss / accumulate).backward()
-            step_loss += loss.detach() / accumulate
+            step_loss += self._backward(state, batch, last=done + 1 == state.accumulate)
+            if self.keeps_batches:
+                self.batches.append(batch)
             done += 1
             state.progress.microbatches += 1
-        if done < accumulate:  # the last microbatch ran under no_sync: average the gradients here
-            self.dist.average_gradients(state.model)
-            for parameter in state.model.parameters():
-                if parameter.grad is not None:
-                    parameter.grad.mul_(accumulate / done)
-            step_loss *= accumulate / done
+        if done < state.accumulate:
+            self._rescale_gradients(state, done)
+            step_loss *= state.accumulate / done
         return self.dist.mean(step_loss), done
+
+    def _backward(self, state: TrainState, batch: dict, last: bool) -> torch.Tensor:
+        """One microbatch's forward and backward, its gradient added as 1/accumulate of the step's; its
+        loss / accumulate. Ranks synchronize gradients on the last."""
+        sync = contextlib.nullcontext() if last or not self.dist.enabled else self.network.no_sync()
+        with sync:
+            with self.precision.autocast():
+                loss = self.network(**batch).loss
+            loss = self.callbacks.after_forward(state, batch, loss)
+            self.scaler.scale(loss / state.accumulate).backward()
+        return loss.detach() / state.accumulate
+
+    def _rescale_gradients(self, state: TrainState, done: int) -> None:
+        """Fewer microbatches than planned ran: their gradients as a mean over those. The last ran under
+        no_sync, so ranks average here."""
+        self.dist.average_gradients(state.model)
+        for parameter in state.model.parameters():
+            if parameter.grad is not None:
+                parameter.grad.mul_(state.accumulate / done)
 
     def _apply(self, state: TrainState, step_loss: torch.Tensor) -> bool:
         """Unscale, clip and update; False when a non-finite loss skipped the update."""

@@ -28,6 +28,7 @@ from cramming.runtime import deterministic_algorithms, prepare_device
 from cramming.train.callbacks import Callback, CallbackList
 from cramming.train.checkpoint import (Checkpointer, NonFiniteWeightsError, load_state, restore, resume_advice,
                                        resume_fingerprint)
+from cramming.train.activation_checkpointing import checkpoint_activations
 from cramming.train.clock import BudgetClock
 from cramming.train.distributed import Distributed
 from cramming.train.heartbeat import Heartbeat, charge_lost_time
@@ -40,8 +41,9 @@ from cramming.train.plots import plot_run
 from cramming.train.progress_bar import ProgressBar, use_bar
 from cramming.train.settings import Settings, check_train_config, device_profile, device_type, resolve_settings
 from cramming.train.state import Progress, TrainState
-from cramming.train.step import NonFiniteLossError, TrainStep
+from cramming.train.step import NonFiniteLossError
 from cramming.train.stopping import StoppingRule
+from cramming.train.techniques import build_step, build_techniques
 from cramming.train.summary import build_summary, peak_memory_gb, read_records, write_summary
 from cramming.train.telemetry import TelemetrySampler
 from cramming.train.validation import Validation
@@ -68,6 +70,7 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
 def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     started = time.perf_counter()
     settings = resolve_settings(cfg, dist.local_rank)
+    techniques = [*build_techniques(cfg, settings.compile, dist.world_size), *techniques]  # techniques.py
     torch.manual_seed(cfg.train.seed)
     prepare_device(settings.device)
     dataset = _prepared_dataset(cfg, dist)
@@ -75,6 +78,8 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     tokenizer = as_transformers_tokenizer(load_tokenizer(dataset.tokenizer_path), seq_length)
 
     model = build_mlm_model(cfg.arch, vocab_size).to(settings.device)
+    if cfg.impl.activation_checkpointing:
+        checkpoint_activations(model)
     optimizer = build_pretraining_optimizer(model, cfg.train.optim)
     scaler = settings.precision.grad_scaler()
     checkpoint = saved = None
@@ -129,8 +134,8 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     heartbeat = [Heartbeat(run_dir)] if dist.is_main else []
     bar = [ProgressBar(logger, stopping)] if dist.is_main and use_bar(cfg.logging.progress) else []
     callbacks = CallbackList([*recorded.callbacks, *bar, *heartbeat, checkpointer])
-    step = TrainStep(_network(model, settings, dist), scaler, settings.precision, dist, stream, callbacks,
-                     stopping, cfg.train)
+    step = build_step(cfg, _network(model, settings, dist), scaler, settings.precision, dist, stream, callbacks,
+                      stopping, cfg.train)
 
     stop_reason = "error"
     try:

@@ -1,0 +1,20 @@
+"""Rematerialization (Chen et al., 2016, "Training Deep Nets with Sublinear Memory Cost"):
+`impl.activation_checkpointing=true`.
+
+Each layer keeps only its input for the backward pass and recomputes the rest there: activation memory
+falls from all of every layer's to about one layer's, for one more forward pass of the encoder (about a
+third more compute). Non-reentrant `torch.utils.checkpoint`, which torch.compile traces. The forward and
+the gradients are the same as without it.
+"""
+
+import functools
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+
+def checkpoint_activations(model: torch.nn.Module) -> None:
+    """Recompute each encoder layer in the backward pass (the hook transformers' gradient checkpointing
+    uses too, so exports behave alike)."""
+    model.bert.gradient_checkpointing = True
+    model.bert._gradient_checkpointing_func = functools.partial(checkpoint, use_reentrant=False)

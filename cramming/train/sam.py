@@ -1,0 +1,53 @@
+"""Sharpness-aware minimization (Foret et al., 2021, "Sharpness-Aware Minimization for Efficiently
+Improving Generalization") around whichever optimizer runs: `train.optim.sam_rho=<rho>`.
+
+Each step takes its gradient g at the weights w as usual, moves to w + rho * g / |g| (the steepest point
+nearby, to first order), takes the gradient there on the same microbatches, steps back to w, and lets the
+optimizer update w with that second gradient. So a step costs two forward and backward passes: the budget
+clock sees both, and tokens/s halves. The loss recorded is the first pass's (at w). Under accumulation the
+perturbation uses the step's whole gradient (averaged across ranks); under a loss scaler the norm of the
+unscaled one. It keeps no state of its own: a resumed run continues exactly.
+"""
+
+import torch
+
+from cramming.train.state import TrainState
+from cramming.train.step import TrainStep
+
+
+class SharpnessAwareStep(TrainStep):
+    keeps_batches = True
+
+    def __init__(self, *args, rho: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rho = rho
+
+    def _accumulate(self, state: TrainState) -> tuple[torch.Tensor, int]:
+        step_loss, done = super()._accumulate(state)
+        parameters, moves = self._ascend(state.model)
+        state.model.zero_grad(set_to_none=True)
+        perturbed_loss = torch.zeros((), device=state.device)
+        for index, batch in enumerate(self.batches):
+            perturbed_loss += self._backward(state, batch, last=index + 1 == state.accumulate)
+        if done < state.accumulate:
+            self._rescale_gradients(state, done)
+        self.batches = []
+        if parameters:
+            with torch.no_grad():
+                torch._foreach_sub_(parameters, moves)  # back to w
+        # A non-finite loss at the perturbed weights must skip the update too (the step checks step_loss).
+        return torch.where(torch.isfinite(perturbed_loss), step_loss, perturbed_loss), done
+
+    @torch.no_grad()
+    def _ascend(self, model: torch.nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Move each parameter by rho * g / |g| (g: the step's unscaled gradient); the parameters moved and
+        their moves. A non-finite |g| (an fp16 overflow the scaler will skip) moves nothing."""
+        parameters = [p for p in model.parameters() if p.grad is not None]
+        if not parameters:
+            return [], []
+        scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
+        norm = torch.nn.utils.get_total_norm([p.grad for p in parameters]) / scale
+        factor = torch.where(torch.isfinite(norm), self.rho / (norm + 1e-12) / scale, 0.0)
+        moves = [(p.grad * factor).to(p.dtype) for p in parameters]
+        torch._foreach_add_(parameters, moves)
+        return parameters, moves

@@ -25,6 +25,9 @@ class FilterConfig:
     trash_cutoff: Optional[float] = 0.3  # drop documents with more tokens per character; null disables
     deduplicate: bool = True  # drop exact repeats (by content hash)
     max_bad_char_fraction: float = 0.01  # drop documents whose text is this much U+FFFD/NUL (binary, bad bytes)
+    # drop documents whose word 5-grams overlap a kept one's by this Jaccard similarity (MinHash LSH,
+    # cramming.data.near_dedup); null: off
+    near_dedup_threshold: Optional[float] = None
 
 
 @dataclass

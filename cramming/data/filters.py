@@ -6,6 +6,7 @@ from collections import Counter
 import numpy as np
 
 from cramming.data.config import FilterConfig
+from cramming.data.near_dedup import NearDuplicates
 from cramming.data.sources import Document
 
 BAD_CHARACTERS = ("\ufffd", "\x00")  # undecodable bytes (replaced on read) and NULs: binary content
@@ -25,12 +26,13 @@ def split_long_line(line: str, limit: int = MAX_LINE_CHARS) -> list[str]:
 
 
 class DocumentFilter:
-    """The filters that need no tokenizer: length, bad bytes, exact duplicates, oversize documents."""
+    """The filters that need no tokenizer: length, bad bytes, exact and near duplicates, oversize documents."""
 
     def __init__(self, cfg: FilterConfig, max_doc_chars: int):
         self.cfg = cfg
         self.max_doc_chars = max_doc_chars
         self.seen_hashes: set[bytes] = set()
+        self.near_duplicates = NearDuplicates(cfg.near_dedup_threshold) if cfg.near_dedup_threshold else None
         self.counts: Counter[str] = Counter()
 
     def __call__(self, document: Document) -> list[Document]:
@@ -50,6 +52,9 @@ class DocumentFilter:
                 self.counts["dropped_duplicate"] += 1
                 return []
             self.seen_hashes.add(digest)
+        if self.near_duplicates is not None and self.near_duplicates.is_duplicate(text):
+            self.counts["dropped_near_duplicate"] += 1
+            return []
         if any(len(line) > MAX_LINE_CHARS for line in document):
             document = [piece for line in document for piece in split_long_line(line)]
         if chars <= self.max_doc_chars:

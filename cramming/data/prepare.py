@@ -63,6 +63,8 @@ def check_data_config(cfg: DataConfig) -> None:
          f"data.filter.trash_cutoff={filters.trash_cutoff} must be null or positive"),
         (0 <= filters.max_bad_char_fraction <= 1,
          f"data.filter.max_bad_char_fraction={filters.max_bad_char_fraction} must be in [0, 1]"),
+        (filters.near_dedup_threshold is None or 0 < filters.near_dedup_threshold <= 0.98,  # LSH needs 2+ bands
+         f"data.filter.near_dedup_threshold={filters.near_dedup_threshold} must be in (0, 0.98] (null: off)"),
     ]
     for ok, problem in rules:
         if not ok:
@@ -183,6 +185,7 @@ def _build(cfg: DataConfig, source: Source, out: Path) -> dict:
     sample = list(_tokenizer_sample(cfg, source, sample_filter))
     if not sample:  # say so now, not as a vocabulary the empty sample cannot support
         raise CrammingError(f"no documents left after filtering ({_dropped_summary(sample_filter.counts)})")
+    del sample_filter  # and its near-duplicate index
     tokenizer = train_tokenizer(sample, cfg.tokenizer, cfg.normalize)
     tokenizer.save(str(out / store.TOKENIZER_FILE))
     tokenizer_seconds = time.perf_counter() - started
@@ -257,7 +260,7 @@ def _build(cfg: DataConfig, source: Source, out: Path) -> dict:
     }
 
 
-DROP_REASONS = ("too_short", "bad_bytes", "duplicate", "trash")
+DROP_REASONS = ("too_short", "bad_bytes", "duplicate", "near_duplicate", "trash")
 
 
 def _dropped_summary(counts: Counter) -> str:

@@ -19,6 +19,8 @@ from cramming.errors import CrammingError
 
 FORMAT_VERSION = 2  # 2: deterministic tokenizer training
 EXECUTION_ONLY_KEYS = ("batch_mb",)  # change how fast, not what is produced
+# Keys added after datasets were prepared: left out of the key while off, so those datasets still match.
+LATER_FILTER_KEYS = ("near_dedup_threshold",)
 ROWS_FILE, ORDER_FILE, COUNTS_FILE, TOKENIZER_FILE, META_FILE = (
     "rows.bin",
     "order.npy",
@@ -32,6 +34,9 @@ def cache_key(cfg: DataConfig, source_fingerprint: dict) -> str:
     settings = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
     for key in EXECUTION_ONLY_KEYS:
         settings.pop(key)
+    for key in LATER_FILTER_KEYS:
+        if settings["filter"][key] is None:
+            settings["filter"].pop(key)
     blob = json.dumps({"format": FORMAT_VERSION, "data": settings, "source": source_fingerprint}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

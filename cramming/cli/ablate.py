@@ -2,7 +2,7 @@
 
     python scripts/ablate.py sweep=smoke                       # seconds on a CPU: the wiring
     python scripts/ablate.py sweep=optimizers                  # every optimizer, 3 CPU minutes each
-    python scripts/ablate.py sweep=optimizers 'overrides=[gpu=a100,budget=2]'   # the same sweep on a GPU
+    python scripts/ablate.py sweep=optimizers 'overrides=["gpu=a100","budget=2"]'   # the same sweep on a GPU
 """
 
 from cramming.ablate.sweep import AblateConfig, run_sweep  # registers the config schema

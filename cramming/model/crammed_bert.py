@@ -307,8 +307,8 @@ class Encoder(nn.Module):
         return self._padded(self.final_norm(x), unpadded)
 
     def states(self, input_ids, attention_mask=None, eager: bool = False) -> EncoderStates:
-        """The same computation as forward (all positions), keeping every layer's output, and each layer's
-        attention probabilities when `eager`."""
+        """The same computation as forward (all positions, every layer: skip_layers is for training),
+        keeping every layer's output, and each layer's attention probabilities when `eager`."""
         mask, unpadded = self._key_mask(attention_mask), self._unpadded(attention_mask, None)
         hidden, attentions = [self.embeddings(input_ids, unpadded)], []
         for layer in self.layer:

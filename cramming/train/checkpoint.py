@@ -20,11 +20,14 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
+from cramming.data.config import DataConfig
 from cramming.errors import CrammingError
+from cramming.model.config import ModelConfig
 from cramming.model.checkpoint import load_weights, non_finite, read_weights, save_pretrained
 from cramming.runs import FINAL, STATE_FILE, step_name
 from cramming.train.callbacks import Callback, CallbackList
-from cramming.train.compare import differences
+from cramming.train.compare import differences, flatten
+from cramming.train.config import TrainConfig
 from cramming.train.plots import plot_run
 from cramming.train.state import Progress, TrainState
 
@@ -93,6 +96,12 @@ def resume_fingerprint(cfg, microbatch_size: int, world_size: int) -> dict:
     return {**sections, "microbatch_size": microbatch_size, "world_size": world_size}
 
 
+def _schema_defaults() -> dict:
+    """The schema defaults of the fingerprinted sections (those with any: arch and train; data's too)."""
+    return {key: OmegaConf.to_container(OmegaConf.structured(schema)) for key, schema in
+            (("arch", ModelConfig), ("data", DataConfig), ("train", TrainConfig))}
+
+
 def restore(checkpoint: Path, saved: dict, fingerprint: dict, resume: str, model: nn.Module,
             optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, device: torch.device) -> Progress:
     """Put model, optimizer, scaler and RNG back as `saved` (the checkpoint's trainer state) has them."""
@@ -101,7 +110,10 @@ def restore(checkpoint: Path, saved: dict, fingerprint: dict, resume: str, model
         before, now = _pop(theirs, path), _pop(ours, path)
         if before != now:
             log.warning("resume: %s changed from %s to %s", ".".join(path), before, now)
-    differing = differences(theirs, ours)
+    defaults = flatten(_schema_defaults())
+    # A key the checkpoint predates is fine at its default (what the older code did without it).
+    differing = [(key, before, now) for key, before, now in differences(theirs, ours)
+                 if not (before == "(absent)" and key in defaults and now == defaults[key])]
     if differing:
         shown = "; ".join(f"{key}: {before} in the checkpoint, {now} now" for key, before, now in differing[:3])
         raise CrammingError(f"resume={resume}: the settings differ from the checkpoint's ({shown}"

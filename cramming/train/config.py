@@ -18,12 +18,14 @@ class OptimConfig:
     configs/optim/<name>.yaml (adamw's are the crammed recipe's: lr 1e-3, betas (0.9, 0.98), eps 1e-12,
     weight decay 0.01); one the optimizer does not read must stay null."""
 
-    name: str = "adamw"  # adamw | lamb | lion | sgd-nesterov | adafactor | muon
+    name: str = "adamw"  # adamw | lamb | lion | sgd-nesterov | adafactor | muon | sophia
     lr: Optional[float] = None
     betas: Optional[tuple[float, float]] = None
     eps: Optional[float] = None
     weight_decay: Optional[float] = None  # on matrices only: never norms, biases or scalars
     momentum: Optional[float] = None  # sgd-nesterov, muon
+    gamma: Optional[float] = None  # sophia: the scale of its Hessian-clipped update
+    hessian_every: Optional[int] = None  # sophia: steps between Hessian estimates
     decay_embeddings: bool = True  # false: no weight decay on embedding tables either
     grad_clip: Optional[float] = 0.5  # max global gradient norm; null disables
     # > 0: sharpness-aware minimization around the optimizer (cramming.train.sam): each step's gradient is
@@ -37,6 +39,26 @@ class LayerDropConfig:
 
     max_rate: float = 0.0  # the deepest layer's drop probability once the rate has risen; layer i of L: i/L of it
     rise_fraction: float = 0.1  # the rate rises as 1 - exp(-f / rise_fraction) with progress f
+
+
+@dataclass
+class SparsityConfig:
+    """Sparse weight matrices in the encoder's layers (cramming.train.callbacks.sparsity); off at method null."""
+
+    method: Optional[str] = None  # magnitude (gradual pruning) | rigl (dynamic sparse training)
+    density: float = 0.5  # the fraction of each matrix's weights kept
+    start: float = 0.1  # magnitude: progress at which pruning starts
+    end: float = 0.8  # magnitude: progress at which the density is reached; rigl: its last mask update
+    update_every: int = 100  # rigl: optimizer steps between mask updates
+
+
+@dataclass
+class DistillConfig:
+    """Knowledge distillation from a trained teacher (cramming.train.callbacks.distillation); off without one."""
+
+    teacher: Optional[str] = None  # a checkpoint or run directory of a model pretrained on the same tokenizer
+    alpha: float = 0.5  # loss = (1 - alpha) * MLM loss + alpha * KL(teacher || student) at the masked positions
+    temperature: float = 2.0  # both distributions softened by it; the KL term is multiplied by its square
 
 
 @dataclass
@@ -76,8 +98,13 @@ class TrainConfig:
     seed: int = 0
     max_nonfinite_steps: int = 10  # stop after this many non-finite losses in a row
     validation: ValidationConfig = field(default_factory=ValidationConfig)
+    # sequential: the prepared data order | importance: rows drawn by their last-seen loss, importance-
+    # weighted (cramming.train.callbacks.importance_sampling)
+    sampling: str = "sequential"
     layer_drop: LayerDropConfig = field(default_factory=LayerDropConfig)
     stacking: StackingConfig = field(default_factory=StackingConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
+    sparsity: SparsityConfig = field(default_factory=SparsityConfig)
 
 
 @dataclass

@@ -30,7 +30,7 @@ class Heartbeat(Callback):
     def on_train_start(self, state: TrainState) -> None:
         self._beat(state)
 
-    def after_forward(self, state: TrainState, batch: dict, loss: torch.Tensor) -> torch.Tensor:
+    def after_forward(self, state: TrainState, batch: dict, loss: torch.Tensor, output) -> torch.Tensor:
         if state.clock.elapsed - self.written_at >= self.interval_s:
             self._beat(state)
         return loss

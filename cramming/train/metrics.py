@@ -93,6 +93,8 @@ class MetricsLog:
     def amend_last(self, extra: dict) -> None:
         """Add keys to the last record (a validation at the step of the record just written)."""
         records = read_records(self.path)
+        if not records:  # a resume of a checkpoint whose run left no records, with no step since
+            return
         records[-1].update({key: finite(value) for key, value in extra.items()})
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(json.dumps(record) + "\n" for record in records))

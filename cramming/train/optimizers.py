@@ -3,7 +3,8 @@
 Every `train.optim` hyperparameter left null takes the chosen optimizer's default; one it does not use is
 an error rather than silently ignored. Weight decay falls on matrices only for all of them
 (cramming.runtime.parameter_groups). Implementations come from torch.optim where it has them and from
-pytorch-optimizer (LAMB, Lion, Muon with its AdamW groups) otherwise; docs/ablations.md says what each does.
+pytorch-optimizer (LAMB, Lion, Muon with its AdamW groups) otherwise, and SophiaG written here
+(cramming.train.sophia); docs/ablations.md says what each does.
 """
 
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from cramming import CONFIG_DIR
 from cramming.errors import CrammingError
 from cramming.runtime import build_optimizer, parameter_groups
 
-HYPERPARAMETERS = ("lr", "betas", "eps", "weight_decay", "momentum")
+HYPERPARAMETERS = ("lr", "betas", "eps", "weight_decay", "momentum", "gamma", "hessian_every")
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,14 @@ def _muon(model, optim):
                 adamw_betas=tuple(optim.betas), adamw_eps=optim.eps)
 
 
+def _sophia(model, optim):
+    """SophiaG (cramming.train.sophia); its Hessian estimates come from a callback (techniques.py)."""
+    from cramming.train.sophia import SophiaG
+
+    return SophiaG(_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas), gamma=optim.gamma,
+                   weight_decay=optim.weight_decay)
+
+
 OPTIMIZERS = {
     "adamw": Optimizer(("lr", "betas", "eps", "weight_decay"), _adamw),
     "lamb": Optimizer(("lr", "betas", "eps", "weight_decay"), _lamb),
@@ -77,6 +86,7 @@ OPTIMIZERS = {
     "sgd-nesterov": Optimizer(("lr", "momentum", "weight_decay"), _sgd_nesterov),
     "adafactor": Optimizer(("lr", "weight_decay"), _adafactor),
     "muon": Optimizer(("lr", "momentum", "betas", "eps", "weight_decay"), _muon),
+    "sophia": Optimizer(("lr", "betas", "weight_decay", "gamma", "hessian_every"), _sophia),
 }
 
 

@@ -2,9 +2,9 @@
 Improving Generalization") around whichever optimizer runs: `train.optim.sam_rho=<rho>`.
 
 Each step takes its gradient g at the weights w as usual, moves to w + rho * g / |g| (the steepest point
-nearby, to first order), takes the gradient there on the same microbatches, steps back to w, and lets the
+nearby, to first order), takes the gradient there on the same microbatches, returns to w, and lets the
 optimizer update w with that second gradient. So a step costs two forward and backward passes: the budget
-clock sees both, and tokens/s halves. The loss recorded is the first pass's (at w). Under accumulation the
+clock sees both, and tokens/s halves; a copy of the weights is kept meanwhile. The loss recorded is the first pass's (at w). Under accumulation the
 perturbation uses the step's whole gradient (averaged across ranks); under a loss scaler the norm of the
 unscaled one. It keeps no state of its own: a resumed run continues exactly.
 """
@@ -24,7 +24,7 @@ class SharpnessAwareStep(TrainStep):
 
     def _accumulate(self, state: TrainState) -> tuple[torch.Tensor, int]:
         step_loss, done = super()._accumulate(state)
-        parameters, moves = self._ascend(state.model)
+        parameters, originals = self._ascend(state.model)
         state.model.zero_grad(set_to_none=True)
         perturbed_loss = torch.zeros((), device=state.device)
         for index, batch in enumerate(self.batches):
@@ -34,20 +34,22 @@ class SharpnessAwareStep(TrainStep):
         self.batches = []
         if parameters:
             with torch.no_grad():
-                torch._foreach_sub_(parameters, moves)  # back to w
-        # A non-finite loss at the perturbed weights must skip the update too (the step checks step_loss).
+                torch._foreach_copy_(parameters, originals)  # back to w exactly
+        # A non-finite loss at the perturbed weights (on any rank) must skip the update too (the step checks
+        # step_loss, which every rank shares).
+        perturbed_loss = self.dist.mean(perturbed_loss)
         return torch.where(torch.isfinite(perturbed_loss), step_loss, perturbed_loss), done
 
     @torch.no_grad()
     def _ascend(self, model: torch.nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Move each parameter by rho * g / |g| (g: the step's unscaled gradient); the parameters moved and
-        their moves. A non-finite |g| (an fp16 overflow the scaler will skip) moves nothing."""
+        copies of their values before. A non-finite |g| (an fp16 overflow) moves nothing."""
         parameters = [p for p in model.parameters() if p.grad is not None]
         if not parameters:
             return [], []
         scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
         norm = torch.nn.utils.get_total_norm([p.grad for p in parameters]) / scale
         factor = torch.where(torch.isfinite(norm), self.rho / (norm + 1e-12) / scale, 0.0)
-        moves = [(p.grad * factor).to(p.dtype) for p in parameters]
-        torch._foreach_add_(parameters, moves)
-        return parameters, moves
+        originals = [p.detach().clone() for p in parameters]
+        torch._foreach_add_(parameters, [(p.grad * factor).to(p.dtype) for p in parameters])
+        return parameters, originals

@@ -85,6 +85,9 @@ def check_train_config(cfg) -> None:
          f"train.optim.betas={list(optim.betas or [])} must be two numbers in [0, 1)"),
         (optim.eps is None or optim.eps > 0, f"train.optim.eps={optim.eps} must be positive"),
         (optim.momentum is None or 0 <= optim.momentum < 1, f"train.optim.momentum={optim.momentum} must be in [0, 1)"),
+        (optim.gamma is None or optim.gamma > 0, f"train.optim.gamma={optim.gamma} must be positive"),
+        (optim.hessian_every is None or optim.hessian_every >= 1,
+         f"train.optim.hessian_every={optim.hessian_every} must be at least 1"),
         (optim.weight_decay >= 0, f"train.optim.weight_decay={optim.weight_decay} must not be negative"),
         (optim.grad_clip is None or optim.grad_clip > 0, f"train.optim.grad_clip={optim.grad_clip} must be positive "
          "(or null: no clipping)"),

@@ -30,6 +30,7 @@ class TrainState:
     clock: BudgetClock
     run_dir: Path
     device: torch.device
+    tokenizer: object = None  # the dataset's (transformers) tokenizer
     # the current step, set before it runs
     fraction: float = 0.0  # schedule progress f
     lr: float = 0.0

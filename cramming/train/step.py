@@ -6,6 +6,7 @@ import time
 
 import torch
 
+from cramming.data.stream import SAMPLE_KEYS
 from cramming.errors import CrammingError
 from cramming.runtime import Precision
 from cramming.train.callbacks import CallbackList
@@ -86,8 +87,8 @@ class TrainStep:
         sync = contextlib.nullcontext() if last or not self.dist.enabled else self.network.no_sync()
         with sync:
             with self.precision.autocast():
-                loss = self.network(**batch).loss
-            loss = self.callbacks.after_forward(state, batch, loss)
+                output = self.network(**{key: value for key, value in batch.items() if key not in SAMPLE_KEYS})
+            loss = self.callbacks.after_forward(state, batch, output.loss, output)
             self.scaler.scale(loss / state.accumulate).backward()
         return loss.detach() / state.accumulate
 

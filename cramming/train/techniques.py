@@ -1,22 +1,33 @@
 """The training techniques a run switches on by config, as what the trainer composes: callbacks at the
-loop's named points (layer drop, stacking), the step (SAM's two passes) and the model (activation
-checkpointing). Each lives in its own module; this one checks their settings and builds them.
+loop's named points (layer drop, stacking, sparsity masks, distillation and importance sampling's losses), the data stream (importance
+sampling's draws), the step (SAM's two passes) and the model (activation checkpointing). Each lives in its
+own module; this one checks their settings and builds them.
 """
 
 import math
+from pathlib import Path
 
+from cramming.data.stream import Microbatches, microbatch_stream
 from cramming.errors import CrammingError
+from cramming.runs import resolve_checkpoint
 from cramming.train.callbacks import Callback
+from cramming.train.callbacks.distillation import Distillation
+from cramming.train.callbacks.importance_sampling import ImportanceSampling
 from cramming.train.callbacks.layer_drop import LayerDrop
+from cramming.train.callbacks.sparsity import Sparsity
 from cramming.train.callbacks.stacking import Stacking
 from cramming.train.sam import SharpnessAwareStep
+from cramming.train.sophia import SophiaHessian
 from cramming.train.step import TrainStep
+
+SAMPLINGS = ("sequential", "importance")
+SPARSITY_METHODS = (None, "magnitude", "rigl")
 
 
 def check_techniques(cfg) -> None:
     """Each technique's values in their domain and no unsupported combination: one line naming the first."""
     train = cfg.train
-    drop, stacking = train.layer_drop, train.stacking
+    drop, stacking, sparsity = train.layer_drop, train.stacking, train.sparsity
     stages, at = list(stacking.stages), stacking.at
     rules = [
         (math.isfinite(train.optim.sam_rho) and train.optim.sam_rho >= 0,
@@ -35,6 +46,24 @@ def check_techniques(cfg) -> None:
          f"({len(stages) - 1}), increasing"),
         (not (drop.max_rate and stages), "train.layer_drop and train.stacking both set the layers a step runs: "
          "use one at a time"),
+        (train.sampling in SAMPLINGS, f"train.sampling={train.sampling!r} must be one of {', '.join(SAMPLINGS)}"),
+        (sparsity.method in SPARSITY_METHODS or sparsity.method == "semi-structured-2:4",
+         f"train.sparsity.method={sparsity.method!r} must be magnitude or rigl (null: off)"),
+        (sparsity.method != "semi-structured-2:4", "train.sparsity.method=semi-structured-2:4 is not available yet: "
+         "it needs torch.sparse's 2:4 kernels on an NVIDIA GPU (Ampere or later), and no GPU has tested it; use "
+         "magnitude or rigl"),
+        (0 < sparsity.density < 1, f"train.sparsity.density={sparsity.density} must be in (0, 1)"),
+        (0 <= sparsity.start < sparsity.end <= 1,
+         f"train.sparsity.start={sparsity.start} and .end={sparsity.end} must satisfy 0 <= start < end <= 1"),
+        (sparsity.update_every >= 1, f"train.sparsity.update_every={sparsity.update_every} must be at least 1"),
+        (not (sparsity.method and stages), "train.sparsity and train.stacking do not combine: a grown layer would "
+         "keep its own mask, not its source's"),
+        (not (sparsity.method and train.optim.sam_rho), "train.sparsity and train.optim.sam_rho do not combine: "
+         "SAM's move would reach the pruned weights"),
+        (train.distill.teacher != "latest", "train.distill.teacher=latest would pick this run's own checkpoints: "
+         "give the teacher's run or checkpoint directory"),
+        (0 <= train.distill.alpha <= 1, f"train.distill.alpha={train.distill.alpha} must be in [0, 1]"),
+        (train.distill.temperature > 0, f"train.distill.temperature={train.distill.temperature} must be positive"),
     ]
     for ok, message in rules:
         if not ok:
@@ -52,11 +81,39 @@ def build_techniques(cfg, compile_model: bool, world_size: int) -> list[Callback
         if train.layer_drop.max_rate and compile_model:
             raise CrammingError("train.layer_drop would recompile the model for each set of dropped layers: add "
                                 "impl.compile=false")
+    if train.optim.name == "sophia":
+        if world_size > 1 or compile_model:
+            raise CrammingError("train.optim.name=sophia estimates its Hessian with a second backward pass through "
+                                "the step's graph, tested only eagerly on one process: add impl.compile=false and "
+                                "run it on one GPU")
+        techniques.append(SophiaHessian(train.optim.hessian_every, train.seed))
+    if train.sampling == "importance":
+        if world_size > 1:
+            raise CrammingError("train.sampling=importance keeps one loss table per process, which ranks under "
+                                "torchrun would not share: run it on one GPU")
+        techniques.append(ImportanceSampling(train.seed))
+    if train.sparsity.method:
+        sparsity = train.sparsity
+        techniques.append(Sparsity(sparsity.method, sparsity.density, sparsity.start, sparsity.end,
+                                   sparsity.update_every, train.seed))
+    if train.distill.teacher:
+        teacher = resolve_checkpoint(train.distill.teacher, Path(cfg.output_dir) / cfg.name, key="train.distill.teacher")
+        techniques.append(Distillation(teacher, train.distill.alpha, train.distill.temperature))
     if train.layer_drop.max_rate:
         techniques.append(LayerDrop(train.layer_drop.max_rate, train.layer_drop.rise_fraction, train.seed))
     if train.stacking.stages:
         techniques.append(Stacking(list(train.stacking.stages), train.stacking.at))
     return techniques
+
+
+def data_stream(techniques: list[Callback], microbatches: Microbatches, start: int, num_workers: int,
+                pin_memory: bool):
+    """The microbatches from global microbatch `start` on: drawn by importance sampling when it is on, else
+    the prepared order."""
+    for technique in techniques:
+        if isinstance(technique, ImportanceSampling):
+            return technique.stream(microbatches, start)
+    return microbatch_stream(microbatches, start, num_workers, pin_memory)
 
 
 def build_step(cfg, *args, **kwargs) -> TrainStep:

@@ -18,7 +18,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from cramming.data.prepare import prepare_dataset
 from cramming.data.store import PreparedDataset
-from cramming.data.stream import Microbatches, microbatch_stream
+from cramming.data.stream import Microbatches
 from cramming.data.tokenizer import as_transformers_tokenizer, load_tokenizer
 from cramming.hardware import budget_seconds
 from cramming.model import build_mlm_model, training_flops_per_token
@@ -43,7 +43,7 @@ from cramming.train.settings import Settings, check_train_config, device_profile
 from cramming.train.state import Progress, TrainState
 from cramming.train.step import NonFiniteLossError
 from cramming.train.stopping import StoppingRule
-from cramming.train.techniques import build_step, build_techniques
+from cramming.train.techniques import build_step, build_techniques, data_stream
 from cramming.train.summary import build_summary, peak_memory_gb, read_records, write_summary
 from cramming.train.telemetry import TelemetrySampler
 from cramming.train.validation import Validation
@@ -109,12 +109,12 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
         torch.cuda.reset_peak_memory_stats(settings.device)  # the peak of training, not of the search
 
     clock = BudgetClock(wall_budget, progress.elapsed)
-    state = TrainState(model, optimizer, progress, clock, run_dir, settings.device)
+    state = TrainState(model, optimizer, progress, clock, run_dir, settings.device, tokenizer)
     sequences = settings.microbatch_size * dist.world_size  # per global microbatch
     microbatches = Microbatches(dataset, settings.microbatch_size, dist.rank, dist.world_size,
                                 cfg.train.mlm_rate, cfg.train.seed)
-    stream = microbatch_stream(microbatches, progress.microbatches, settings.num_workers,
-                               pin_memory=settings.device.type == "cuda")
+    stream = data_stream(techniques, microbatches, progress.microbatches, settings.num_workers,
+                         pin_memory=settings.device.type == "cuda")
     wandb = logger = None
     if dist.is_main:
         wandb = WandbLogger(cfg, run_dir)

@@ -24,7 +24,7 @@ class Recorder(Callback):
     def before_step(self, state):
         self.events.append(("before_step", state.progress.step))
 
-    def after_forward(self, state, batch, loss):
+    def after_forward(self, state, batch, loss, output):
         self.events.append(("after_forward", state.progress.step))
         return loss
 
@@ -66,7 +66,7 @@ def test_the_named_points_come_in_order_and_the_state_is_checkpointed(cache_dir,
 
 
 class ScaleLoss(Callback):
-    def after_forward(self, state, batch, loss):
+    def after_forward(self, state, batch, loss, output):
         return 2.0 * loss
 
 

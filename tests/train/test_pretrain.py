@@ -154,7 +154,7 @@ class PoisonedLoss(Callback):
     def __init__(self, steps):
         self.steps = steps
 
-    def after_forward(self, state, batch, loss):
+    def after_forward(self, state, batch, loss, output):
         return loss * float("nan") if self.steps(state.progress.step + 1) else loss
 
 

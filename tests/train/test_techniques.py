@@ -3,27 +3,40 @@ budget clock on the quick-start setup, resumes exactly, and does what it says to
 
 import logging
 import math
+import shutil
 
+import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 from hydra import compose, initialize_config_dir
 from safetensors.torch import load_file
 
+from cramming.data.prepare import prepare_dataset
+from cramming.data.stream import Microbatches
 from cramming.model import build_mlm_model
 from cramming.model.config import as_model_config
+from cramming.errors import CrammingError
+from cramming.train.callbacks.distillation import distillation_loss
+from cramming.train.callbacks.importance_sampling import ImportanceSampling
 from cramming.train.callbacks.layer_drop import drop_rates
+from cramming.train.callbacks.sparsity import Sparsity, gradual_density, magnitude_mask
 from cramming.train.callbacks.stacking import Stacking
 from cramming.train.sam import SharpnessAwareStep
+from cramming.train.sophia import SophiaG, SophiaHessian
 from cramming.train.state import Progress, TrainState
 from cramming.train.trainer import pretrain
 from tests.conftest import REPO_ROOT
 from tests.train.runs import STEP_RUN, InterruptAt, compose_config, records, summary
 
-TECHNIQUES = {
-    "sam": ["train.optim.sam_rho=0.05"],
-    "layer-drop": ["train.layer_drop.max_rate=0.5", "arch.num_layers=4"],
+# Techniques that combine, run together to keep the suite short; each trains under the budget clock.
+UNDER_THE_CLOCK = {
+    "sam+activation-checkpointing+importance-sampling": [
+        "train.optim.sam_rho=0.05", "impl.activation_checkpointing=true", "train.sampling=importance"],
+    "layer-drop+magnitude-pruning": [
+        "train.layer_drop.max_rate=0.5", "arch.num_layers=4", "train.sparsity.method=magnitude",
+        "train.sparsity.density=0.25", "train.sparsity.start=0", "train.sparsity.end=0.5"],
     "stacking": ["train.stacking.stages=[2,4]", "arch.num_layers=4"],
-    "activation-checkpointing": ["impl.activation_checkpointing=true"],
 }
 STEPS = STEP_RUN + ["train.batch_size=16"]  # one microbatch a step: short
 
@@ -36,15 +49,22 @@ def plain_run(tmp_path_factory):
                                             f"cache_dir={output_dir / 'cache'}"]))
 
 
-@pytest.mark.parametrize("technique", TECHNIQUES)
-def test_each_technique_trains_the_quick_start_under_the_budget_clock(cache_dir, tmp_path, technique):
-    overrides = [*TECHNIQUES[technique], "budget=0.001", "impl.microbatch_size=16", "train.batch_size=16",
+@pytest.mark.parametrize("techniques", UNDER_THE_CLOCK)
+def test_the_techniques_train_the_quick_start_under_the_budget_clock(cache_dir, tmp_path, techniques):
+    overrides = [*UNDER_THE_CLOCK[techniques], "budget=0.001", "impl.microbatch_size=16", "train.batch_size=16",
                  f"output_dir={tmp_path}", "logging.every_steps=1"]
     with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base="1.3"):
         run_dir = pretrain(compose("quickstart", overrides=overrides))
     losses = [record["loss"] for record in records(run_dir)]
     assert len(losses) >= 3 and all(math.isfinite(loss) for loss in losses)
     assert summary(run_dir)["stop_reason"] == "budget"
+    if "magnitude" in techniques:  # pruned to the density by progress 0.5
+        matrices = layer_matrices(run_dir)
+        assert len(matrices) == 16  # qkv, attention output, intermediate, output in each of 4 layers
+        for name, weight in matrices.items():
+            assert (weight != 0).sum().item() == round(0.25 * weight.numel()), name
+        weights = load_file(run_dir / "checkpoints" / "final" / "model.safetensors")
+        assert (weights["bert.embeddings.word_embeddings.weight"] != 0).all()  # embeddings stay dense
 
 
 INIT_SCHEMES = {
@@ -78,16 +98,36 @@ def assert_same_training(a, b) -> None:
     assert all(torch.equal(final[0][key], final[1][key]) for key in final[0])
 
 
-@pytest.mark.parametrize("technique", ["sam", "layer-drop"])
-def test_a_technique_resumes_exactly(cache_dir, tmp_path, technique):
-    assert_same_training(*straight_and_resumed(tmp_path, [*TECHNIQUES[technique], "train.max_steps=5"], 4))
+def test_sam_with_importance_sampling_resumes_exactly(cache_dir, tmp_path):
+    both = ["train.optim.sam_rho=0.05", "train.sampling=importance", "train.max_steps=5"]
+    assert_same_training(*straight_and_resumed(tmp_path, both, 4))
+
+
+def test_layer_drop_rigl_and_distillation_resume_exactly(cache_dir, tmp_path, plain_run):
+    """A 4-layer student of the 2-layer plain run (same data and tokenizer), dropping layers, with RigL
+    rewiring its masks every step: the resumed run equals the straight one; the masks moved and kept
+    their density."""
+    overrides = ["arch.num_layers=4", "train.layer_drop.max_rate=0.5", "train.sparsity.method=rigl",
+                 "train.sparsity.density=0.5", "train.sparsity.update_every=1", f"train.distill.teacher={plain_run}",
+                 "train.distill.alpha=0.7", "train.max_steps=5"]
+    straight, resumed = straight_and_resumed(tmp_path, overrides, 4)
+    assert_same_training(straight, resumed)
+    final = torch.load(straight / "checkpoints" / "final" / "trainer_state.pt", weights_only=True)["callbacks"][
+        "Sparsity"]["masks"]
+    initial = Sparsity("rigl", 0.5, 0.1, 0.8, 1, seed=0)  # the run's seed: its random masks at step 0
+    initial.on_train_start(TrainState(tiny_model(4), None, Progress(), None, None, torch.device("cpu")))
+    assert sum(not torch.equal(mask, initial.masks[name]) for name, mask in final.items()) >= 4
+    for name, mask in final.items():
+        assert mask.sum().item() == round(0.5 * mask.numel()), name
+    for name, weight in layer_matrices(straight).items():
+        assert ((weight != 0) <= final[name]).all(), name  # nothing outside the mask
 
 
 def test_stacking_resumes_exactly_after_a_growth_step(cache_dir, tmp_path, caplog):
     """Stages [2, 4] over 6 steps: the model grows before step 4 (progress 3/6); the checkpoint after
     step 4 holds the grown model and the copied optimizer state, and the resumed run goes on from it."""
     with caplog.at_level(logging.INFO, logger="pretrain"):
-        straight, resumed = straight_and_resumed(tmp_path, [*TECHNIQUES["stacking"], "train.max_steps=6"], 5)
+        straight, resumed = straight_and_resumed(tmp_path, [*UNDER_THE_CLOCK["stacking"], "train.max_steps=6"], 5)
     assert "stacking: grew from 2 to 4 layers at step 3 (50% of training)" in caplog.text
     assert_same_training(straight, resumed)
 
@@ -105,11 +145,11 @@ def test_sam_moves_the_weights_by_rho_along_the_normalized_gradient():
     before = [p.detach().clone() for p in model.parameters()]
     step = SharpnessAwareStep.__new__(SharpnessAwareStep)
     step.rho, step.scaler = 0.1, torch.amp.GradScaler("cpu", enabled=False)
-    _, moves = step._ascend(model)
+    _, originals = step._ascend(model)
     norm = math.sqrt(6 * 9 + 2 * 16)
-    assert torch.allclose(moves[0], torch.full((2, 3), 0.1 * 3 / norm))
-    assert torch.allclose(moves[1], torch.full((2,), 0.1 * 4 / norm))
-    assert all(torch.equal(p, b + m) for p, b, m in zip(model.parameters(), before, moves))
+    assert torch.allclose(model.weight - before[0], torch.full((2, 3), 0.1 * 3 / norm))
+    assert torch.allclose(model.bias - before[1], torch.full((2,), 0.1 * 4 / norm))
+    assert all(torch.equal(original, b) for original, b in zip(originals, before))
 
 
 def test_activation_checkpointing_changes_no_number(cache_dir, tmp_path, plain_run):
@@ -125,9 +165,9 @@ def test_layer_drop_rates_rise_with_depth_and_progress():
     assert drop_rates(0.0, 4, 0.5, 0.1).sum() == 0
 
 
-def tiny_model(num_layers: int):
+def tiny_model(num_layers: int, vocab_size: int = 64):
     cfg = compose_config(["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", f"arch.num_layers={num_layers}"])
-    return build_mlm_model(as_model_config(cfg.arch), 64)
+    return build_mlm_model(as_model_config(cfg.arch), vocab_size)
 
 
 def test_skipped_layers_cost_nothing_and_get_no_gradient():
@@ -165,3 +205,117 @@ def test_stacking_copies_layers_and_their_optimizer_state():
             assert torch.equal(p_target, p_source), name
             assert torch.equal(optimizer.state[p_target]["exp_avg"], optimizer.state[p_source]["exp_avg"])
             assert optimizer.state[p_target]["exp_avg"] is not optimizer.state[p_source]["exp_avg"]
+
+
+def importance_sampling_on_real_rows(tmp_path):
+    data = OmegaConf.to_object(compose_config(STEPS).data)
+    dataset, _ = prepare_dataset(data, tmp_path / "cache")
+    sampling = ImportanceSampling(seed=0)
+    return sampling, sampling.stream(Microbatches(dataset, 64, 0, 1, 0.25, 0), 0), dataset.meta["vocab_size"]
+
+
+def test_importance_sampling_draws_high_loss_rows_more_and_weights_them_down(cache_dir, tmp_path):
+    sampling, stream, _ = importance_sampling_on_real_rows(tmp_path)
+    first = next(stream)  # nothing seen yet: uniform, every weight 1
+    assert torch.equal(first["sample_weights"], torch.ones(64))
+    n = len(sampling.losses)
+    sampling.losses[:] = 1.0
+    sampling.losses[: n // 4] = 9.0  # a hard quarter
+    sampling.losses[n - 10:] = np.nan  # unseen rows count at the largest loss seen
+    p = sampling.probabilities()
+    assert p.sum() == pytest.approx(1.0) and p[n - 1] == p[0] > p[n // 2]
+    table = np.nan_to_num(sampling.losses, nan=9.0)
+    weights = 1 / (n * p)
+    assert (p * weights * table).sum() == pytest.approx(table.mean())  # the weighted loss is unbiased
+    draws = np.concatenate([next(stream)["sample_positions"].numpy() for _ in range(20)])
+    hard = (draws < n // 4).mean()
+    expected = p[: n // 4].sum()  # 0.9 * 9/(9 + 3) + 0.1/4 = 0.7 of the draws, not 0.25
+    assert abs(hard - expected) < 0.08 and hard > 0.55
+    batch = next(stream)
+    positions, weights = batch["sample_positions"].numpy(), batch["sample_weights"].numpy()
+    assert np.allclose(weights, 1 / (n * p[positions]), rtol=1e-5) and weights.max() <= 10
+
+
+def test_importance_sampling_records_each_rows_loss_and_returns_the_weighted_mean(cache_dir, tmp_path):
+    sampling, stream, vocab_size = importance_sampling_on_real_rows(tmp_path)
+    batch = next(stream)
+    model = tiny_model(2, vocab_size)
+    output = model(**{key: value for key, value in batch.items() if not key.startswith("sample_")})
+    batch["sample_weights"] = torch.linspace(0.5, 2.0, 64)
+    weighted = sampling.after_forward(None, batch, output.loss, output)
+    labels = batch["labels"].gather(1, batch["masked_positions"])  # (B, k)
+    token_losses = torch.nn.functional.cross_entropy(output.logits.transpose(1, 2), labels, reduction="none",
+                                                     ignore_index=-100)
+    counted = labels != -100
+    assert torch.allclose(weighted, (batch["sample_weights"][:, None] * token_losses)[counted].sum() / counted.sum())
+    sampling.probabilities()  # records the pending losses
+    rows = batch["sample_positions"].numpy()
+    once = [b for b in range(64) if (rows == rows[b]).sum() == 1]  # a row drawn twice keeps its last loss
+    expected = torch.stack([token_losses[b][counted[b]].mean() for b in once])
+    assert len(once) > 32 and np.allclose(sampling.losses[rows[once]], expected.detach().numpy(), rtol=1e-5)
+
+
+def test_a_teacher_with_another_tokenizer_is_refused(cache_dir, tmp_path, plain_run):
+    other = STEPS + [f"output_dir={tmp_path}", "data.tokenizer.vocab_size=400", f"train.distill.teacher={plain_run}"]
+    with pytest.raises(CrammingError, match="was trained with another tokenizer than this dataset's"):
+        pretrain(compose_config(other))
+
+
+def test_the_distillation_term_is_the_softened_kl_divergence():
+    student, teacher = torch.randn(2, 3, 11), torch.randn(2, 3, 11)
+    labels = torch.tensor([[4, 5, -100], [6, 7, 8]])
+    expected = torch.stack([
+        (teacher[b, k] / 2).softmax(-1) @ ((teacher[b, k] / 2).log_softmax(-1) - (student[b, k] / 2).log_softmax(-1))
+        for b, k in [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)]]).mean() * 4
+    assert distillation_loss(student, teacher, labels, 2.0) == pytest.approx(expected.item(), rel=1e-5)
+    assert distillation_loss(teacher, teacher, labels, 2.0) == pytest.approx(0.0, abs=1e-6)
+
+
+def layer_matrices(run_dir, checkpoint: str = "final") -> dict[str, torch.Tensor]:
+    weights = load_file(run_dir / "checkpoints" / checkpoint / "model.safetensors")
+    return {name: w for name, w in weights.items() if w.dim() == 2 and ".layer." in f".{name}"}
+
+
+def test_magnitude_masks_keep_exactly_the_largest_and_the_schedule_is_cubic():
+    weight = torch.tensor([[0.5, -3.0, 0.1], [2.0, 0.5, -0.5]])
+    assert magnitude_mask(weight, 0.5).tolist() == [[True, True, False], [True, False, False]]  # ties: first
+    assert gradual_density(0.05, 0.2, 0.1, 0.5) == 1.0 and gradual_density(0.9, 0.2, 0.1, 0.5) == 0.2
+    assert gradual_density(0.3, 0.2, 0.1, 0.5) == pytest.approx(0.2 + 0.8 * 0.5**3)
+
+
+def test_a_checkpoint_from_before_the_techniques_resumes(cache_dir, tmp_path, plain_run):
+    """A checkpoint written before train.sampling, train.sparsity, ... existed resumes when they are at
+    their defaults (what the older code did); at another value the settings differ."""
+    shutil.copytree(plain_run, tmp_path / "older")
+    checkpoint = tmp_path / "older" / "checkpoints" / "final"
+    state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+    for key in ("sampling", "sparsity", "distill", "layer_drop", "stacking"):
+        del state["fingerprint"]["train"][key]
+    del state["fingerprint"]["train"]["optim"]["sam_rho"]
+    torch.save(state, checkpoint / "trainer_state.pt")
+    common = STEPS + ["train.max_steps=3", f"output_dir={tmp_path / 'out'}", f"resume={checkpoint}"]
+    assert summary(pretrain(compose_config(common)))["stop_reason"] == "max_steps"
+    with pytest.raises(CrammingError, match="train.sampling: \\(absent\\) in the checkpoint, importance now"):
+        pretrain(compose_config(common + ["train.sampling=importance"]))
+
+
+def test_sophia_estimates_the_gauss_newton_diagonal_and_clips_its_update():
+    """SophiaHessian's estimate is the squared gradient of the loss on labels sampled from the model
+    (times the tokens); SophiaG's step moves no coordinate by more than lr."""
+    model = tiny_model(2)
+    optimizer = SophiaG(model.parameters(), lr=0.01, betas=(0.9, 0.5), gamma=0.04, weight_decay=0.0)
+    state = TrainState(model, optimizer, Progress(), None, None, torch.device("cpu"))
+    batch = {"input_ids": torch.randint(5, 64, (2, 16)), "masked_positions": torch.tensor([[1, 4], [2, 3]])}
+    batch["labels"] = torch.full((2, 16), -100).scatter(1, batch["masked_positions"], 7)
+    output = model(**batch)
+    hessian = SophiaHessian(every=1, seed=0)
+    assert hessian.after_forward(state, batch, output.loss, output) is output.loss
+    output.loss.backward()
+    weight = model.bert.layer[0].ffn.output.weight
+    estimate = hessian.estimates[weight].clone()
+    assert hessian.tokens == 4 and estimate.abs().sum() > 0
+    hessian.before_optimizer_step(state)
+    assert torch.allclose(optimizer.state[weight]["hessian"], 0.5 * 4 * estimate**2)
+    before = weight.detach().clone()
+    optimizer.step()
+    assert (weight - before).abs().max() <= 0.01 + 1e-7 and not torch.equal(weight, before)

@@ -23,8 +23,9 @@ class Callback:
     def before_step(self, state: TrainState) -> None:
         """An optimizer step is about to run; state.fraction, lr and accumulate are set."""
 
-    def after_forward(self, state: TrainState, batch: dict, loss: torch.Tensor) -> torch.Tensor:
-        """Each microbatch's loss before its backward; return it, or a changed one (e.g. distillation)."""
+    def after_forward(self, state: TrainState, batch: dict, loss: torch.Tensor, output) -> torch.Tensor:
+        """Each microbatch's loss before its backward; return it, or a changed one (e.g. distillation,
+        importance weights). `output` is the model's (its logits), `batch` what the stream gave."""
         return loss
 
     def before_optimizer_step(self, state: TrainState) -> None:
@@ -37,7 +38,8 @@ class Callback:
         """The step is counted in state.progress; state.step_* describe it."""
 
     def on_train_end(self, state: TrainState, reason: str) -> None:
-        """Training ended normally ("budget" or "max_steps"), before the final checkpoint."""
+        """The loop ended ("budget", "max_steps", "early_stop", or "interrupted" by a signal, whose
+        checkpoint a resume continues from), before the final checkpoint."""
 
     def state_dict(self) -> dict:
         return {}
@@ -64,9 +66,9 @@ class CallbackList:
         for callback in self.callbacks:
             callback.before_step(state)
 
-    def after_forward(self, state: TrainState, batch: dict, loss: torch.Tensor) -> torch.Tensor:
+    def after_forward(self, state: TrainState, batch: dict, loss: torch.Tensor, output) -> torch.Tensor:
         for callback in self.callbacks:
-            loss = callback.after_forward(state, batch, loss)
+            loss = callback.after_forward(state, batch, loss, output)
         return loss
 
     def before_optimizer_step(self, state: TrainState) -> None:

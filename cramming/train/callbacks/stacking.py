@@ -48,7 +48,7 @@ class Stacking(Callback):
             self._grow(state)
 
     def on_train_end(self, state: TrainState, reason: str) -> None:
-        if self.stage < len(self.stages) - 1:
+        if reason != "interrupted" and self.stage < len(self.stages) - 1:  # an interrupted run resumes as it was
             log.warning("stacking: training ended at %d layers; copying up to %d for the final model",
                         self.stages[self.stage], self.stages[-1])
             while self.stage < len(self.stages) - 1:

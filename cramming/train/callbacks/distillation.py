@@ -1,0 +1,75 @@
+"""Knowledge distillation from a pretrained teacher: `train.distill.teacher=<checkpoint>` (Hinton et al.,
+2015, "Distilling the Knowledge in a Neural Network"; for BERT, Sanh et al., 2019, "DistilBERT").
+
+Each microbatch also runs through the teacher (eval mode, no gradient, the run's precision); the loss
+becomes (1 - alpha) * MLM loss + alpha * T^2 * KL(teacher || student) over the masked positions, both
+distributions softened by the temperature T. The teacher's forward pass runs inside the step, so the
+budget clock charges it: "overparameterize, then compress" pays for the big model's time. The teacher
+must share the student's tokenizer (checked). The checkpoint keeps which teacher checkpoint it was, so a
+resumed run continues exactly. With importance sampling the KL term is importance-weighted too.
+"""
+
+import logging
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from cramming.data.mlm import IGNORE_INDEX
+from cramming.errors import CrammingError
+from cramming.model.checkpoint import load_pretrained
+from cramming.model.crammed_bert import CrammedForMaskedLM, gather_rows
+from cramming.train.callbacks import Callback
+from cramming.train.state import TrainState
+
+log = logging.getLogger("pretrain")
+
+
+def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor,
+                      temperature: float, row_weights: torch.Tensor | None = None) -> torch.Tensor:
+    """T^2 * KL(teacher || student) per predicted token, averaged over labels != IGNORE_INDEX, each row's
+    tokens weighted by row_weights (importance sampling's) if given. Logits (B, k, V), labels (B, k)."""
+    student = F.log_softmax(student_logits.float() / temperature, dim=-1)
+    teacher = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
+    per_token = F.kl_div(student, teacher, log_target=True, reduction="none").sum(-1)  # (B, k)
+    counted = (labels != IGNORE_INDEX).float()
+    weighted = counted if row_weights is None else counted * row_weights.to(counted.dtype)[:, None]
+    return temperature**2 * (per_token * weighted).sum() / counted.sum().clamp(min=1)
+
+
+class Distillation(Callback):
+    def __init__(self, teacher: Path, alpha: float, temperature: float):
+        self.teacher_path, self.alpha, self.temperature = teacher, alpha, temperature
+        self.teacher: CrammedForMaskedLM | None = None
+
+    def on_train_start(self, state: TrainState) -> None:
+        teacher, tokenizer = load_pretrained(self.teacher_path)
+        if not isinstance(teacher, CrammedForMaskedLM):
+            raise CrammingError(f"train.distill.teacher={self.teacher_path} is a classifier, not a masked-LM model")
+        if state.tokenizer is not None and tokenizer.get_vocab() != state.tokenizer.get_vocab():
+            raise CrammingError(f"train.distill.teacher={self.teacher_path} was trained with another tokenizer "
+                                "than this dataset's: distill on the data the teacher was pretrained on")
+        self.teacher = teacher.to(state.device).requires_grad_(False)
+
+    def state_dict(self) -> dict:
+        return {"teacher": str(self.teacher_path)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """A resumed run keeps the checkpoint its teacher was (a teacher run that trained on since would
+        resolve to a later one)."""
+        if Path(state["teacher"]) != self.teacher_path:
+            log.info("distillation: resuming with the teacher %s (train.distill.teacher now names %s)",
+                     state["teacher"], self.teacher_path)
+        self.teacher_path = Path(state["teacher"])
+
+    def after_forward(self, state: TrainState, batch: dict, loss: torch.Tensor, output) -> torch.Tensor:
+        positions = batch["masked_positions"]  # (B, k)
+        labels = batch["labels"].gather(1, positions)  # (B, k)
+        student = output.logits if output.logits.size(1) == positions.size(1) else gather_rows(output.logits, positions)
+        precision = output.logits.dtype  # the run's autocast dtype (float32 without autocast)
+        with torch.no_grad(), torch.autocast(state.device.type, dtype=precision, enabled=precision != torch.float32):
+            teacher = self.teacher(batch["input_ids"], masked_positions=positions).logits
+        if teacher.size(1) != positions.size(1):  # a teacher without sparse prediction: (B, T, V)
+            teacher = gather_rows(teacher, positions)  # (B, k, V)
+        kl = distillation_loss(student, teacher, labels, self.temperature, batch.get("sample_weights"))
+        return (1 - self.alpha) * loss + self.alpha * kl

@@ -13,7 +13,8 @@ from cramming.data.config import PrepareDataConfig  # registers the config schem
 
 @hydra_command("prepare_data", PrepareDataConfig, directories=("cache_dir",))
 def main(cfg: PrepareDataConfig) -> None:
-    from cramming.data.prepare import format_summary, prepare_dataset
+    from cramming.data.prepare import prepare_dataset
+    from cramming.data.summary import format_summary
 
     started = time.perf_counter()
     dataset, reused = prepare_dataset(cfg.data, cfg.cache_dir)

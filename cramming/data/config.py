@@ -23,6 +23,10 @@ class FilterConfig:
 
     min_chars: int = 32  # drop documents with fewer characters
     trash_cutoff: Optional[float] = 0.3  # drop documents with more tokens per character; null disables
+    # none: trash_cutoff is tokens per character. median: trash_cutoff is a multiple (>= 1, e.g. 1.3) of the
+    # corpus's median ratio, measured with the trained tokenizer on its training sample, so the same value
+    # drops alike at any vocabulary size (docs/data.md)
+    trash_cutoff_scaling: str = "none"
     deduplicate: bool = True  # drop exact repeats (by content hash)
     max_bad_char_fraction: float = 0.01  # drop documents whose text is this much U+FFFD/NUL (binary, bad bytes)
     # drop documents whose word 5-grams overlap a kept one's by this Jaccard similarity (MinHash LSH,
@@ -39,11 +43,24 @@ class TokenizerConfig:
 
 
 @dataclass
+class MixtureSourceConfig:
+    """One source of a mixture (data=mixture): local files, and their share of the mixture's text."""
+
+    files: Any = None  # a path, a glob, or a list of them, as data.files
+    weight: float = 1.0  # share of the characters, relative to the other sources' weights
+    name: Optional[str] = None  # its label in the summary; null: the files as given
+    text_column: Optional[str] = None  # null: data.text_column
+    sample_by: Optional[str] = None  # null: data.sample_by
+
+
+@dataclass
 class DataConfig:
     name: str = MISSING
-    source: str = MISSING  # embedded | local | hub
+    source: str = MISSING  # embedded | local | hub | mixture
     # local: a path or glob, or a list of them (.txt, .txt.gz, .jsonl[.gz], .parquet)
     files: Any = None
+    # mixture: the sources and their weights; documents are interleaved by characters (cramming.data.mixture)
+    sources: list[MixtureSourceConfig] = field(default_factory=list)
     # hub: load_dataset(hub_path, hub_name, split=split, streaming=streaming)
     hub_path: Optional[str] = None
     hub_name: Optional[str] = None
@@ -58,7 +75,9 @@ class DataConfig:
     filter: FilterConfig = field(default_factory=FilterConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     seq_length: int = 128
-    ordering: str = "shuffle"  # shuffle | frequency_curriculum | corpus
+    # shuffle | corpus | frequency_curriculum | reverse_frequency_curriculum | length_curriculum
+    # | reverse_length_curriculum (cramming.data.ordering)
+    ordering: str = "shuffle"
     seed: int = 0
     # The last rows of the stored order, never trained on: the validation curve's slice (at most a quarter
     # of the rows; 0: no validation). Part of the cache key, so every run on this dataset sees the same.

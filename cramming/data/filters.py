@@ -86,3 +86,24 @@ def trash_mask(doc_tokens: np.ndarray, doc_chars: np.ndarray, cutoff: float | No
     if cutoff is None:
         return np.ones(len(doc_tokens), dtype=bool)
     return doc_tokens <= cutoff * np.maximum(doc_chars, 1)
+
+
+TRASH_SCALINGS = ("none", "median")
+
+
+def median_tokens_per_char(doc_tokens: np.ndarray, doc_chars: np.ndarray) -> float:
+    """The tokens-per-character ratio of the median character: documents' ratios, each weighted by its
+    length (so a few short headings cannot move it)."""
+    chars = np.maximum(np.asarray(doc_chars, dtype=np.float64), 1)
+    ratios = np.asarray(doc_tokens, dtype=np.float64) / chars
+    order = np.argsort(ratios, kind="stable")
+    middle = np.searchsorted(np.cumsum(chars[order]), chars.sum() / 2)
+    return float(ratios[order][min(middle, len(order) - 1)])
+
+
+def trash_cutoff(cfg: FilterConfig, median_ratio: float | None) -> float | None:
+    """The cutoff in tokens per character that `trash_mask` applies: data.filter.trash_cutoff itself, or
+    with trash_cutoff_scaling=median that multiple of the corpus's median ratio."""
+    if cfg.trash_cutoff is None or cfg.trash_cutoff_scaling == "none":
+        return cfg.trash_cutoff
+    return cfg.trash_cutoff * median_ratio

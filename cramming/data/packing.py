@@ -17,18 +17,22 @@ class TextBatch:
     lines: list[str] = field(default_factory=list)
     lines_per_doc: list[int] = field(default_factory=list)
     chars_per_doc: list[int] = field(default_factory=list)
+    origins: list[int] = field(default_factory=list)  # the source each document came from (data=mixture)
 
-    def add(self, document: list[str]) -> None:
+    def add(self, document: list[str], origin: int = 0) -> None:
         self.lines.extend(document)
         self.lines_per_doc.append(len(document))
         self.chars_per_doc.append(sum(map(len, document)))
+        self.origins.append(origin)
 
 
-def documents_to_stream(batch: TextBatch, encodings: list[Encoding], trash_cutoff: float | None):
+def documents_to_stream(batch: TextBatch, encodings: list[Encoding], trash_cutoff: float | None,
+                        origin_counts: np.ndarray | None = None):
     """Join each kept document's tokens and end it with [SEP].
 
     Returns (stream, documents kept, documents dropped as trash). Everything is vectorized: the only
-    per-token Python work is reading the ids out of the encodings.
+    per-token Python work is reading the ids out of the encodings. `origin_counts`, (sources, 2) int64,
+    gets each source's kept documents and tokens ([SEP] included) added in place.
     """
     line_tokens = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))
     ids = np.fromiter(
@@ -42,6 +46,10 @@ def documents_to_stream(batch: TextBatch, encodings: list[Encoding], trash_cutof
     kept_ids = ids[np.repeat(keep, doc_tokens)]
     doc_ends = np.cumsum(doc_tokens[keep])  # (kept docs,) offsets in kept_ids where each document ends
     stream = np.insert(kept_ids, doc_ends, np.uint16(SEP_ID))
+    if origin_counts is not None and len(keep):
+        origins = np.asarray(batch.origins)[keep]
+        np.add.at(origin_counts[:, 0], origins, 1)
+        np.add.at(origin_counts[:, 1], origins, doc_tokens[keep] + 1)
     return stream, int(keep.sum()), int((~keep).sum())
 
 

@@ -25,50 +25,17 @@ from tqdm import tqdm
 
 from cramming.data import store
 from cramming.data.config import DataConfig
-from cramming.data.filters import DocumentFilter
-from cramming.data.ordering import ORDERINGS, row_order
+from cramming.data.checks import check_data_config
+from cramming.data.filters import DocumentFilter, median_tokens_per_char, trash_cutoff
+from cramming.data.mixture import Mixture
+from cramming.data.ordering import row_order, sentence_end_ids
 from cramming.data.packing import RowWriter, TextBatch, documents_to_stream
-from cramming.data.sources import SAMPLE_BY, SOURCES, Document, Source
-from cramming.data.tokenizer import MAX_VOCAB_SIZE, SPECIAL_TOKENS, TOKENIZER_KINDS, train_tokenizer
+from cramming.data.sources import Document, Source
+from cramming.data.tokenizer import SEP_ID, train_tokenizer
 from cramming.errors import CrammingError
 
 log = logging.getLogger(__name__)
 ENCODES_IN_FLIGHT = 2
-
-
-def check_data_config(cfg: DataConfig) -> None:
-    """Every value in its domain, before any text is read: one line naming the first that is not."""
-    tokenizer, filters = cfg.tokenizer, cfg.filter
-    rules = [
-        (cfg.source in SOURCES, f"data.source={cfg.source!r} is unknown; choose one of {', '.join(SOURCES)}"),
-        (cfg.source != "local" or cfg.files not in (None, "???", "", []),
-         "data=local needs data.files=<a file, a glob, or a list of them>"),
-        (cfg.sample_by in SAMPLE_BY, f"data.sample_by={cfg.sample_by!r} is unknown; choose one of {', '.join(SAMPLE_BY)}"),
-        (cfg.ordering in ORDERINGS, f"data.ordering={cfg.ordering!r} is unknown; choose one of {', '.join(ORDERINGS)}"),
-        (tokenizer.kind in TOKENIZER_KINDS,
-         f"data.tokenizer.kind={tokenizer.kind!r} is unknown; choose one of {', '.join(TOKENIZER_KINDS)}"),
-        (len(SPECIAL_TOKENS) < tokenizer.vocab_size <= MAX_VOCAB_SIZE,
-         f"data.tokenizer.vocab_size={tokenizer.vocab_size} must be between {len(SPECIAL_TOKENS) + 1} and "
-         f"{MAX_VOCAB_SIZE} (rows are stored as uint16)"),
-        (tokenizer.min_frequency >= 1, f"data.tokenizer.min_frequency={tokenizer.min_frequency} must be at least 1"),
-        (tokenizer.train_sample_mb > 0, f"data.tokenizer.train_sample_mb={tokenizer.train_sample_mb} must be positive"),
-        (cfg.seq_length >= 2, f"data.seq_length={cfg.seq_length} must be at least 2"),
-        (cfg.batch_mb > 0, f"data.batch_mb={cfg.batch_mb} must be positive"),
-        (cfg.max_doc_chars >= 1, f"data.max_doc_chars={cfg.max_doc_chars} must be at least 1"),
-        (cfg.validation_rows >= 0, f"data.validation_rows={cfg.validation_rows} must not be negative (0: no validation)"),
-        (cfg.max_documents is None or cfg.max_documents >= 1,
-         f"data.max_documents={cfg.max_documents} must be null or at least 1"),
-        (filters.min_chars >= 0, f"data.filter.min_chars={filters.min_chars} must not be negative"),
-        (filters.trash_cutoff is None or filters.trash_cutoff > 0,
-         f"data.filter.trash_cutoff={filters.trash_cutoff} must be null or positive"),
-        (0 <= filters.max_bad_char_fraction <= 1,
-         f"data.filter.max_bad_char_fraction={filters.max_bad_char_fraction} must be in [0, 1]"),
-        (filters.near_dedup_threshold is None or 0 < filters.near_dedup_threshold <= 0.98,  # LSH needs 2+ bands
-         f"data.filter.near_dedup_threshold={filters.near_dedup_threshold} must be in (0, 0.98] (null: off)"),
-    ]
-    for ok, problem in rules:
-        if not ok:
-            raise CrammingError(problem)
 
 
 VERIFIED: set[Path] = set()  # cached datasets whose hashes this process has checked
@@ -114,24 +81,28 @@ def _capped(documents: Iterable[Document], max_documents: int | None) -> Iterato
         yield document
 
 
-def _tokenizer_sample(cfg: DataConfig, source: Source, sample_filter: DocumentFilter) -> Iterator[str]:
-    """Lines of the first `train_sample_mb` of text that passes the tokenizer-free filters."""
+def _tokenizer_sample(cfg: DataConfig, source: Source, sample_filter: DocumentFilter) -> TextBatch:
+    """The first `train_sample_mb` of text that passes the tokenizer-free filters."""
+    sample = TextBatch()
     budget = cfg.tokenizer.train_sample_mb * 1e6
     for document in _capped(source.documents(), cfg.max_documents):
         for part in sample_filter(document):
-            yield from part
-            budget -= sum(map(len, part))
+            sample.add(part)
+            budget -= sample.chars_per_doc[-1]
         if budget <= 0:
-            return
+            break
+    return sample
 
 
-def _batches(documents: Iterable[Document], doc_filter: DocumentFilter, batch_chars: float, progress):
+def _batches(documents: Iterable[tuple[int, Document]], doc_filter: DocumentFilter, batch_chars: float, progress,
+             read_per_source: list[int]):
     batch = TextBatch()
     chars = 0
-    for document in documents:
+    for origin, document in documents:
         progress.update(sum(map(len, document)) + len(document))  # characters, ≈ bytes of English text
+        read_per_source[origin] += 1
         for part in doc_filter(document):
-            batch.add(part)
+            batch.add(part, origin)
             chars += batch.chars_per_doc[-1]
         if chars >= batch_chars:
             yield batch
@@ -182,21 +153,30 @@ def _build(cfg: DataConfig, source: Source, out: Path) -> dict:
     log.info("training a %s tokenizer (vocabulary %d) on up to %.0f MB of text",
              cfg.tokenizer.kind, cfg.tokenizer.vocab_size, cfg.tokenizer.train_sample_mb)
     sample_filter = DocumentFilter(cfg.filter, cfg.max_doc_chars)
-    sample = list(_tokenizer_sample(cfg, source, sample_filter))
-    if not sample:  # say so now, not as a vocabulary the empty sample cannot support
+    sample = _tokenizer_sample(cfg, source, sample_filter)
+    if not sample.lines:  # say so now, not as a vocabulary the empty sample cannot support
         raise CrammingError(f"no documents left after filtering ({_dropped_summary(sample_filter.counts)})")
     del sample_filter  # and its near-duplicate index
-    tokenizer = train_tokenizer(sample, cfg.tokenizer, cfg.normalize)
+    tokenizer = train_tokenizer(sample.lines, cfg.tokenizer, cfg.normalize)
     tokenizer.save(str(out / store.TOKENIZER_FILE))
+    median_ratio = _median_ratio(tokenizer, sample) if cfg.filter.trash_cutoff_scaling == "median" else None
+    cutoff = trash_cutoff(cfg.filter, median_ratio)
+    cutoff = cutoff if median_ratio is None else round(cutoff, 6)
+    if median_ratio is not None:
+        log.info("median tokens per character %.4f: trash cutoff %.4f", median_ratio, cutoff)
+    del sample
     tokenizer_seconds = time.perf_counter() - started
 
     doc_filter = DocumentFilter(cfg.filter, cfg.max_doc_chars)
     writer = RowWriter(out / store.ROWS_FILE, cfg.seq_length)
     token_counts = np.zeros(tokenizer.get_vocab_size(), dtype=np.int64)
     counts: Counter[str] = Counter()
+    mixture = source if isinstance(source, Mixture) else None
+    read_per_source = [0] * (len(mixture.names) if mixture else 1)
+    per_source = np.zeros((len(read_per_source), 2), dtype=np.int64)  # kept documents, tokens
 
     def pack(batch: TextBatch, encodings) -> None:
-        stream, kept, trashed = documents_to_stream(batch, encodings, cfg.filter.trash_cutoff)
+        stream, kept, trashed = documents_to_stream(batch, encodings, cutoff, per_source)
         counts["documents_kept"] += kept
         counts["dropped_trash"] += trashed
         counts["tokens"] += len(stream)
@@ -204,13 +184,13 @@ def _build(cfg: DataConfig, source: Source, out: Path) -> dict:
         writer.write(stream)
 
     progress = tqdm(total=source.total_bytes(), unit="B", unit_scale=True, desc="tokenizing", mininterval=1.0)
-    documents = _capped(source.documents(), cfg.max_documents)
+    documents = _capped(source.tagged_documents(), cfg.max_documents)
     encode = functools.partial(tokenizer.encode_batch_fast, add_special_tokens=False)
     in_flight: collections.deque = collections.deque()
     # Two encodings in flight keep the tokenizer's thread pool busy across batch boundaries while this
     # thread packs finished batches, in order.
     with ThreadPoolExecutor(max_workers=ENCODES_IN_FLIGHT) as encoders:
-        for batch in _prefetch(_batches(documents, doc_filter, cfg.batch_mb * 1e6, progress)):
+        for batch in _prefetch(_batches(documents, doc_filter, cfg.batch_mb * 1e6, progress, read_per_source)):
             in_flight.append((batch, encoders.submit(encode, batch.lines)))
             if len(in_flight) > ENCODES_IN_FLIGHT:
                 pack(*_finished(in_flight.popleft()))
@@ -226,13 +206,15 @@ def _build(cfg: DataConfig, source: Source, out: Path) -> dict:
         raise CrammingError(
             f"the corpus gives {counts['tokens']} tokens, fewer than one row of data.seq_length={cfg.seq_length}"
         )
-    order = row_order(cfg.ordering, out / store.ROWS_FILE, writer.rows, cfg.seq_length, token_counts, cfg.seed)
+    order = row_order(cfg.ordering, out / store.ROWS_FILE, writer.rows, cfg.seq_length, token_counts, cfg.seed,
+                      sentence_end_ids(tokenizer.get_vocab(), SEP_ID))
     np.save(out / store.ORDER_FILE, order)
     np.save(out / store.COUNTS_FILE, token_counts)
     seconds = time.perf_counter() - started
-    whole_source = source.total_bytes() if cfg.max_documents is None else None
-    input_bytes = whole_source or progress.n  # the progress count misses blank lines between documents
-    return {
+    # the progress count misses blank lines between documents; a mixture reads only part of some sources
+    whole_source = source.total_bytes() if cfg.max_documents is None and mixture is None else None
+    input_bytes = whole_source or progress.n
+    meta = {
         "format_version": store.FORMAT_VERSION,
         "name": cfg.name,
         "config": OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True),
@@ -257,7 +239,24 @@ def _build(cfg: DataConfig, source: Source, out: Path) -> dict:
         },
         "bytes": {name: (out / name).stat().st_size for name in (store.ROWS_FILE, store.ORDER_FILE, store.TOKENIZER_FILE)},
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "trash_filter": {"cutoff": cutoff, "scaling": cfg.filter.trash_cutoff_scaling,
+                         "median_ratio": None if median_ratio is None else round(median_ratio, 6)},
     }
+    if mixture is not None:
+        meta["sources"] = [
+            {**described, "documents_read": read, "documents_kept": int(kept), "tokens": int(tokens),
+             "token_share": round(int(tokens) / max(counts["tokens"], 1), 4)}
+            for described, read, (kept, tokens) in zip(mixture.describe(), read_per_source, per_source)
+        ]
+    return meta
+
+
+def _median_ratio(tokenizer, sample: TextBatch) -> float:
+    """The median tokens per character of the tokenizer's training sample, with the trained tokenizer."""
+    encodings = tokenizer.encode_batch_fast(sample.lines, add_special_tokens=False)
+    line_tokens = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))
+    doc_tokens = np.add.reduceat(line_tokens, np.cumsum([0] + sample.lines_per_doc[:-1]))
+    return median_tokens_per_char(doc_tokens, np.asarray(sample.chars_per_doc))
 
 
 DROP_REASONS = ("too_short", "bad_bytes", "duplicate", "near_duplicate", "trash")
@@ -266,24 +265,3 @@ DROP_REASONS = ("too_short", "bad_bytes", "duplicate", "near_duplicate", "trash"
 def _dropped_summary(counts: Counter) -> str:
     dropped = ", ".join(f"{reason} {counts[f'dropped_{reason}']}" for reason in DROP_REASONS)
     return f"read {counts['documents_read']} documents; dropped: {dropped}"
-
-
-def format_summary(dataset: store.PreparedDataset, reused: bool, seconds: float) -> str:
-    meta = dataset.meta
-    docs = meta["documents"]
-    dropped = ", ".join(f"{reason} {count}" for reason, count in docs["dropped"].items())
-    lines = [
-        f"dataset   {dataset.path}",
-        f"status    {'reused from cache (prepared ' + meta['created'] + ')' if reused else 'prepared now'}"
-        + f" in {seconds:.1f} s",
-        f"text      {meta['input_megabytes']:.1f} MB read; documents: read {docs['read']}"
-        + (f" (+{docs['pieces_from_cuts']} pieces from cutting {docs['cut_for_length']} long ones)"
-           if docs["cut_for_length"] else "")
-        + f", kept {docs['kept']}, dropped {sum(docs['dropped'].values())} ({dropped})",
-        f"tokens    {meta['tokens_packed']:,} in {meta['num_rows']:,} rows of {meta['seq_length']} "
-        f"({meta['tail_tokens_dropped']} tail tokens left out); vocabulary {meta['vocab_size']}",
-        f"order     {meta['config']['ordering']} (seed {meta['config']['seed']})",
-        f"speed     {meta['megabytes_per_second']:.2f} MB/s end to end when prepared "
-        f"({meta['seconds']['total']:.1f} s, of which tokenizer training {meta['seconds']['tokenizer_training']:.1f} s)",
-    ]
-    return "\n".join(lines)

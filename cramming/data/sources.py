@@ -17,7 +17,7 @@ from cramming.errors import CrammingError
 
 Document = list[str]
 
-SOURCES = ("embedded", "local", "hub")
+SOURCES = ("embedded", "local", "hub", "mixture")
 SAMPLE_BY = ("line", "paragraph")
 # datasets builder for each supported file suffix (compression is handled by datasets itself)
 BUILDERS = {
@@ -91,12 +91,19 @@ class Source:
 
     @classmethod
     def from_config(cls, cfg: DataConfig) -> "Source":
+        """The source `cfg` names; for data=mixture a cramming.data.mixture.Mixture, which reads the same."""
         if cfg.source not in SOURCES:
             raise CrammingError(f"data.source={cfg.source!r} is unknown; choose one of {', '.join(SOURCES)}")
         if cfg.sample_by not in SAMPLE_BY:
             raise CrammingError(f"data.sample_by={cfg.sample_by!r} is unknown; choose one of {', '.join(SAMPLE_BY)}")
         if cfg.source == "hub" and not cfg.hub_path:
             raise CrammingError("data.source=hub needs data.hub_path (a dataset name on the hub)")
+        if cfg.sources and cfg.source != "mixture":
+            raise CrammingError(f"data.sources is set but data.source={cfg.source}: mixtures need data=mixture")
+        if cfg.source == "mixture":
+            from cramming.data.mixture import Mixture
+
+            return Mixture.from_config(cfg)
         return cls(cfg, resolve_files(cfg.files) if cfg.source == "local" else [])
 
     def fingerprint(self) -> dict:
@@ -120,6 +127,11 @@ class Source:
         if self.cfg.source == "embedded":
             return sum(len(line) + 1 for doc in embedded_documents() for line in doc)
         return None
+
+    def tagged_documents(self) -> Iterator[tuple[int, Document]]:
+        """(index of the source, document): always source 0 here; a Mixture has several."""
+        for document in self.documents():
+            yield 0, document
 
     def documents(self) -> Iterator[Document]:
         if self.cfg.source == "embedded":

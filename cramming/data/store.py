@@ -19,8 +19,10 @@ from cramming.errors import CrammingError
 
 FORMAT_VERSION = 2  # 2: deterministic tokenizer training
 EXECUTION_ONLY_KEYS = ("batch_mb",)  # change how fast, not what is produced
-# Keys added after datasets were prepared: left out of the key while off, so those datasets still match.
-LATER_FILTER_KEYS = ("near_dedup_threshold",)
+# Keys added after datasets were prepared, with the value that reproduces the earlier output: left out of
+# the key while at that value, so the datasets prepared before them still match.
+LATER_FILTER_KEYS = {"near_dedup_threshold": None, "trash_cutoff_scaling": "none"}
+LATER_DATA_KEYS = {"sources": []}
 ROWS_FILE, ORDER_FILE, COUNTS_FILE, TOKENIZER_FILE, META_FILE = (
     "rows.bin",
     "order.npy",
@@ -34,9 +36,10 @@ def cache_key(cfg: DataConfig, source_fingerprint: dict) -> str:
     settings = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
     for key in EXECUTION_ONLY_KEYS:
         settings.pop(key)
-    for key in LATER_FILTER_KEYS:
-        if settings["filter"][key] is None:
-            settings["filter"].pop(key)
+    for group, later in ((settings["filter"], LATER_FILTER_KEYS), (settings, LATER_DATA_KEYS)):
+        for key, earlier_output in later.items():
+            if group[key] == earlier_output:
+                group.pop(key)
     blob = json.dumps({"format": FORMAT_VERSION, "data": settings, "source": source_fingerprint}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

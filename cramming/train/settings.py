@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from cramming.errors import CrammingError
 from cramming.hardware import GpuProfile, check_profile, known_profiles, resolve_auto, warn_if_mismatched
-from cramming.data.prepare import check_data_config
+from cramming.data.checks import check_data_config
 from cramming.model.config import as_model_config
 from cramming.runtime import LR_SCHEDULES, Precision
 from cramming.train.techniques import check_techniques

@@ -35,6 +35,16 @@ class GlueConfig:
     # true: batch examples of similar length together (less padding, faster), but the batches are not the
     # protocol's random ones, so it is reported as a deviation
     length_bucketing: bool = False
+    # Parameter-efficient fine-tuning, a protocol of its own (docs/glue.md): null is full fine-tuning (the
+    # protocol); lora freezes the pretrained weights and trains low-rank updates and the head. The peft_*
+    # keys are for eval.peft=lora only (an error otherwise); null takes the default named beside each.
+    peft: Optional[str] = None  # null | lora
+    peft_rank: Optional[int] = None  # LoRA's rank r; null: 8
+    peft_alpha: Optional[float] = None  # LoRA's update is scaled by alpha / r; null: 8
+    peft_dropout: Optional[float] = None  # dropout on the input of LoRA's branch; null: 0
+    # Linear layers that get LoRA, by name as peft matches them (the module's name or its end after a dot,
+    # e.g. [qkv] or [query,value]); null: every Linear layer of the pretrained encoder
+    peft_target_modules: Optional[list[str]] = None
     # --- execution: how the protocol is run (not reported as deviations) ---
     eval_batch_size: int = 128
     precision: str = "auto"  # auto (bf16 on GPUs that have it, else fp16; fp32 on CPU) | fp32 | bf16 | fp16
@@ -64,13 +74,19 @@ def as_glue_config(cfg: Any) -> GlueConfig:
 
 
 def protocol_deviations(cfg: GlueConfig) -> dict[str, dict[str, Any]]:
-    """{field: {"protocol": default, "used": value}} for every protocol field that was overridden."""
+    """{field: {"protocol": default, "used": value}} for every protocol field that was overridden; eval.peft
+    as one entry `peft` describing all of its settings."""
+    from cramming.eval.parameter_efficient import lora_settings
+
     protocol = GlueConfig()
     deviations = {}
     for name in PROTOCOL_FIELDS:
         used, default = getattr(cfg, name), getattr(protocol, name)
         if used != default:
             deviations[name] = {"protocol": default, "used": used}
+    lora = lora_settings(cfg)
+    if lora is not None:  # one entry with every LoRA setting, defaults included
+        deviations["peft"] = {"protocol": None, "used": lora.describe()}
     return deviations
 
 

@@ -16,6 +16,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from cramming.errors import CrammingError
+from cramming.eval.parameter_efficient import LoraSettings
 from cramming.model.checkpoint import build_classifier_from_pretrained, read_config, save_pretrained
 from cramming.model.crammed_bert import init_module
 from cramming.model.export import export_to_transformers
@@ -53,11 +54,14 @@ class PretrainedEncoder:
         """Segment ids for sentence pairs, where the tokenizer makes them (BERT); our models have none."""
         return "token_type_ids" in self.tokenizer.model_input_names
 
-    def classifier(self, num_labels: int, dropout: float, seed: int) -> nn.Module:
-        """The encoder with a fresh classification head drawn from `seed`; `dropout` throughout."""
+    def classifier(self, num_labels: int, dropout: float, seed: int,
+                   lora: LoraSettings | None = None) -> nn.Module:
+        """The encoder with a fresh classification head drawn from `seed`; `dropout` throughout. With `lora`,
+        the pretrained weights are frozen and LoRA (its A drawn from the same seed's stream) trains with the
+        head (eval.peft=lora)."""
         model, fresh, init = self.load(num_labels, dropout)
         initialize_fresh(model, fresh, init, seed)
-        return model
+        return model if lora is None else lora.apply(model, fresh)
 
 
 def open_encoder(reference: str, dropout: float) -> PretrainedEncoder:

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Optional
 
 from cramming.eval.metrics import PROTOCOL_NUMBERS, format_scores
+from cramming.eval.parameter_efficient import FULL_FINE_TUNING
 
 # Published GLUE dev scores under the same protocol (DESIGN.md section 3), in table order:
 # MNLI-m, MNLI-mm, SST-2, STSB, RTE, QNLI, QQP, MRPC, CoLA, average.
@@ -52,24 +53,35 @@ def _row(label: str, numbers: list[Optional[float]], average: str) -> str:
 
 
 def _score_table(results: dict) -> list[str]:
+    """The scores beside the published ones: one table per protocol (full fine-tuning, LoRA r=8, ...), so
+    that rows of different protocols are never read as comparable."""
     scores, averaged = results["scores"], results["glue_score_over"]
     seeds = results["hyperparameters"]["seeds"]
+    protocol = results.get("protocol", FULL_FINE_TUNING)  # results written before eval.peft: full
     ours = [scores[split][metric] if split in scores else None for split, metric in PROTOCOL_NUMBERS]
     partial = len(averaged) < len(PROTOCOL_NUMBERS)
     our_average = _cell(results["glue_score"]) + ("*" if partial and averaged else "")
+    label = "**this checkpoint**" if protocol == FULL_FINE_TUNING else f"**this checkpoint ({protocol})**"
+    tables = {protocol: [_row(label, ours, our_average)]}  # this run's protocol first
+    baseline = results.get("baseline")
+    if baseline is not None:
+        tables.setdefault(baseline.get("protocol", FULL_FINE_TUNING), []).append(_baseline_row(baseline))
+    tables.setdefault(FULL_FINE_TUNING, []).extend(
+        _row(reference, list(row[:-1]), _cell(row[-1])) for reference, row in REFERENCE_ROWS.items())
     lines = [
         f"Checkpoint: `{results['checkpoint']}`  ",
         f"GLUE dev sets, scores in percent from the last epoch, median over {len(seeds)} seed(s) {seeds}; "
         f"device {results['runtime']['device']}, precision {results['runtime']['precision']}.",
-        "",
-        "| model | " + " | ".join(COLUMNS) + " |",
-        "|---" * (len(COLUMNS) + 1) + "|",
-        _row("**this checkpoint**", ours, our_average),
-        *_baseline_row(results.get("baseline")),
-        *(_row(label, list(row[:-1]), _cell(row[-1])) for label, row in REFERENCE_ROWS.items()),
-        "",
-        "Metrics: CoLA Matthews correlation; STSB Pearson; MRPC and QQP F1; the rest accuracy.",
     ]
+    for name, rows in tables.items():
+        if len(tables) > 1:
+            lines += ["", f"**Protocol: {name}**"]
+            if name == protocol:
+                lines += _peft_summary(results)
+        lines += ["", "| model | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|", *rows]
+    lines += ["", "Metrics: CoLA Matthews correlation; STSB Pearson; MRPC and QQP F1; the rest accuracy."]
+    if len(tables) > 1:
+        lines.append("Each protocol has its own table: scores and averages do not compare across tables.")
     if partial:
         lines.append(
             f"\\* Average over the {len(averaged)} of {len(PROTOCOL_NUMBERS)} protocol numbers that ran "
@@ -78,15 +90,33 @@ def _score_table(results: dict) -> list[str]:
     return lines
 
 
-def _baseline_row(baseline: Optional[dict]) -> list[str]:
-    """The earlier run of `eval.baseline`, in the same columns."""
-    if baseline is None:
-        return []
+def _baseline_row(baseline: dict) -> str:
+    """The earlier run of `eval.baseline`, in the same columns; named with its protocol unless full."""
     scores = baseline["scores"]
     numbers = [scores[split][metric] if split in scores else None for split, metric in PROTOCOL_NUMBERS]
     partial = len(baseline["glue_score_over"]) < len(PROTOCOL_NUMBERS)
     average = _cell(baseline["glue_score"]) + ("*" if partial and baseline["glue_score_over"] else "")
-    return [_row(f"baseline: `{baseline['checkpoint']}`", numbers, average)]
+    protocol = baseline.get("protocol", FULL_FINE_TUNING)
+    suffix = "" if protocol == FULL_FINE_TUNING else f" ({protocol})"
+    return _row(f"baseline: `{baseline['checkpoint']}`{suffix}", numbers, average)
+
+
+def _peft_summary(results: dict) -> list[str]:
+    """What a parameter-efficient run trained: its method, where, and how many parameters, task by task."""
+    peft = results.get("peft")
+    if peft is None:
+        return []
+    counts = [f"{name} {task['parameters']['trainable']:,} of {task['parameters']['total']:,} "
+              f"({100 * task['parameters']['trainable'] / task['parameters']['total']:.2f}%)"
+              for name, task in results["tasks"].items() if task.get("parameters")]
+    layers = ", ".join(peft.get("adapted_layers") or peft["target_modules"] or ["every Linear layer"])
+    return [
+        "",
+        f"Parameter-efficient fine-tuning ({peft['reference']}): the pretrained weights are frozen; rank-"
+        f"{peft['rank']} updates scaled by alpha / r = {peft['alpha']:g} / {peft['rank']} on {layers} (dropout "
+        f"{peft['dropout']:g}) train with the classification head. Trainable parameters: "
+        + ("; ".join(counts) or "n/a") + ". Not comparable with full fine-tuning (the reference rows).",
+    ]
 
 
 def _deviations(deviations: dict) -> list[str]:

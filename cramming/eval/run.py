@@ -17,6 +17,8 @@ from cramming.eval.config import GlueConfig, as_glue_config, protocol_deviations
 from cramming.eval.data import GlueDataMissing, GlueTask, GlueTaskData, get_task, load_task
 from cramming.eval.encoders import PretrainedEncoder, open_encoder
 from cramming.eval.finetune import finetune
+from cramming.eval.parameter_efficient import (
+    FULL_FINE_TUNING, LoraSettings, lora_settings, merged, parameter_counts, record)
 from cramming.eval.submission import write_test_predictions, zip_submission
 from cramming.eval.metrics import PROTOCOL_NUMBERS, glue_average
 from cramming.eval.report import write_reports
@@ -36,6 +38,7 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path) -> d
     started = time.perf_counter()
     cfg = as_glue_config(eval_cfg)
     tasks = _check(cfg)
+    lora = lora_settings(cfg)
     device = resolve_device(cfg.device, "eval.device")
     precision = Precision.resolve(cfg.precision, device, "eval.precision")
     prepare_device(device)
@@ -43,6 +46,10 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path) -> d
     encoder = open_encoder(str(checkpoint), cfg.dropout)
     if cfg.max_length > encoder.max_positions:
         raise CrammingError(f"eval.max_length={cfg.max_length} exceeds the checkpoint's {encoder.max_positions} positions")
+    peft = record(lora, encoder.classifier(2, cfg.dropout, 0, lora) if lora else None)  # bad targets fail now
+    if lora is not None:
+        log.info("parameter-efficient protocol: %s (%s); not comparable with full fine-tuning",
+                 lora.describe(), ", ".join(peft["adapted_layers"]))
     data, task_results = _load_data(tasks, cfg)
 
     for name, task_data in data.items():
@@ -50,7 +57,7 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path) -> d
         capped = cfg.max_train_examples is not None and cfg.max_train_examples < len(task_data.train)
         using = f" (using {cfg.max_train_examples}: eval.max_train_examples)" if capped else ""
         log.info("%s: %d train examples%s, evaluation on %s", name, len(task_data.train), using, sizes)
-        task_results[name] = _run_task(task_data, encoder, cfg, device, precision, Path(output_dir))
+        task_results[name] = _run_task(task_data, encoder, cfg, lora, device, precision, Path(output_dir))
     task_results = {task.name: task_results[task.name] for task in tasks}  # in the requested order
 
     ran = [result for result in task_results.values() if result["status"] == "ran"]
@@ -58,6 +65,8 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path) -> d
     average, averaged = glue_average(scores)
     results = {
         "checkpoint": encoder.description,
+        "protocol": FULL_FINE_TUNING if lora is None else lora.label,  # rows of other protocols never mix
+        "peft": peft,
         "scores_unit": "percent",
         "glue_score": average,
         "glue_score_over": averaged,
@@ -122,7 +131,8 @@ def _read_baseline(path: str | None) -> dict | None:
         return None
     try:
         earlier = json.loads(Path(path).read_text())
-        return {"checkpoint": earlier["checkpoint"], "scores": earlier["scores"],
+        return {"checkpoint": earlier["checkpoint"], "protocol": earlier.get("protocol", FULL_FINE_TUNING),
+                "scores": earlier["scores"],
                 "glue_score": earlier["glue_score"], "glue_score_over": earlier["glue_score_over"]}
     except OSError as error:
         raise CrammingError(f"eval.baseline={path}: cannot read it ({error.strerror})") from None
@@ -149,6 +159,7 @@ def _run_task(
     task_data: GlueTaskData,
     encoder: PretrainedEncoder,
     cfg: GlueConfig,
+    lora: LoraSettings | None,
     device: torch.device,
     precision: Precision,
     output_dir: Path,
@@ -167,9 +178,16 @@ def _run_task(
         for name, split in task_data.evaluations.items()
     }
 
-    histories, predictions = {}, None
+    histories, predictions, parameters = {}, None, None
     for seed in cfg.seeds:
-        classifier = encoder.classifier(task.num_labels, cfg.dropout, seed)  # the head and dropout from the seed
+        # the head and dropout (and LoRA's A) from the seed
+        classifier = encoder.classifier(task.num_labels, cfg.dropout, seed, lora)
+        if parameters is None:
+            parameters = parameter_counts(classifier)
+            trainable, total = parameters["trainable"], parameters["total"]
+            log.info("%s: %s trains %s of %s parameters (%.2f%%)", task.name,
+                     FULL_FINE_TUNING if lora is None else lora.label, f"{trainable:,}", f"{total:,}",
+                     100 * trainable / total)
         describe = f"{task.name} seed {seed}"
         pad_id = tokenizer.pad_token_id
         histories[seed] = finetune(classifier, train, evaluations, cfg, device, precision, seed, pad_id, describe)
@@ -177,7 +195,8 @@ def _run_task(
             predictions = write_test_predictions(task, classifier, tokenizer, cfg, device, precision,
                                                  output_dir / "submission")
         if cfg.save_models:
-            encoder.save(classifier.cpu(), output_dir / "models" / f"{task.name}-seed{seed}")
+            plain = classifier if lora is None else merged(classifier)  # LoRA folded into the weights
+            encoder.save(plain.cpu(), output_dir / "models" / f"{task.name}-seed{seed}")
     finals = [history[-1]["scores"] for history in histories.values()]
     scores = {
         split: {metric: statistics.median(final[split][metric] for final in finals) for metric in metrics}
@@ -194,6 +213,7 @@ def _run_task(
         "spread": spread,
         "test_predictions": predictions,
         "seeds": {str(seed): history for seed, history in histories.items()},
+        "parameters": parameters,  # trainable and total (and LoRA's) in each seed's classifier
         "train_examples": len(train),
         "train_examples_available": len(task_data.train),
         "eval_examples": {name: len(split) for name, split in evaluations.items()},

@@ -2,6 +2,10 @@
 
 from pathlib import Path
 
+from cramming.library_noise import quiet_torchao_without_cuda
+
+quiet_torchao_without_cuda()
+
 __version__ = "0.1.0"
 
 # The Hydra configs: inside an installed wheel they are the package's `configs/`; in a checkout (and an

@@ -140,7 +140,10 @@ def parameter_groups(model: nn.Module, weight_decay: float, decay_embeddings: bo
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        if torch.is_tensor(group["lr"]):  # torchao's low-bit optimizers keep it a tensor (their compiled step reads it)
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
 
 
 # --- schedules: functions of the progress fraction f in [0, 1] -------------------------------------

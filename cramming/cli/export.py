@@ -3,11 +3,16 @@
     python scripts/export.py ckpt=outputs/<name>/<timestamp>/checkpoints/final out=exported/my-cram
     python scripts/export.py ckpt=latest out=exported/my-cram
     python scripts/export.py ckpt=latest out=exported/my-cram push_to_hub=<user>/<name>   # then upload it
+    python scripts/export.py ckpt=latest out=exported/my-cram-int8 quantize=int8           # int8 copy (torchao)
+    python scripts/export.py ckpt=outputs/glue/<ts>/models/rte-seed0 out=exported/rte-int8 quantize=int8 \
+        quantize_eval_task=rte glue_dir=glue    # a fine-tuned classifier: its dev score before and after
 
 bert-base checkpoints become native BertForMaskedLM / BertForSequenceClassification directories;
 crammed-bert ones load with AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True).
 """
 
+import json
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -16,6 +21,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from cramming.cli import hydra_command
+from cramming.errors import CrammingError
 from cramming.runs import resolve_checkpoint
 
 
@@ -25,6 +31,11 @@ class ExportConfig:
     out: str = MISSING  # the directory to write
     runs_dir: str = "outputs"  # where `ckpt=latest` looks for the newest pretraining run
     push_to_hub: Optional[str] = None  # a Hub model repo (<user>/<name>): upload the export once it is written
+    # int8: `out` gets a dynamically int8-quantized copy (cramming.model.quantize); ckpt may then also be a
+    # transformers folder (an export, or a classifier eval_glue.py kept with eval.save_models=true)
+    quantize: Optional[str] = None
+    quantize_eval_task: Optional[str] = None  # a GLUE task: score the classifier before and after quantizing
+    glue_dir: Optional[str] = None  # for quantize_eval_task: the classic GLUE TSV layout; null: the hub
 
 
 ConfigStore.instance().store(name="export_schema", node=ExportConfig)
@@ -34,6 +45,10 @@ ConfigStore.instance().store(name="export_schema", node=ExportConfig)
 def main(cfg: ExportConfig) -> None:
     from cramming.model.export import export_to_transformers
 
+    if cfg.quantize is not None:
+        return _quantize(cfg)
+    if cfg.quantize_eval_task is not None or cfg.glue_dir is not None:
+        raise CrammingError("quantize_eval_task and glue_dir score a quantized copy: add quantize=int8")
     checkpoint = resolve_checkpoint(cfg.ckpt, cfg.runs_dir, key="ckpt")
     export_to_transformers(checkpoint, cfg.out)
     print(f"exported {checkpoint} to {cfg.out}")
@@ -42,6 +57,37 @@ def main(cfg: ExportConfig) -> None:
 
         check_loadable(Path(cfg.out))
         print(f"uploaded to {push_to_hub(Path(cfg.out), cfg.push_to_hub)}")
+
+
+def _quantize(cfg: ExportConfig) -> None:
+    """The int8 copy in `out` of a checkpoint (exported to a temporary folder first) or of a transformers
+    folder; its size against the fp32 export's, and with quantize_eval_task the GLUE dev scores of both."""
+    from cramming.model.export import export_to_transformers
+    from cramming.model.quantize import QUANTIZATIONS, glue_dev_scores, is_transformers_export, write_quantized
+
+    if cfg.quantize not in QUANTIZATIONS:
+        raise CrammingError(f"quantize={cfg.quantize!r} must be one of {', '.join(QUANTIZATIONS)} (or null: none)")
+    if cfg.push_to_hub:
+        raise CrammingError("push_to_hub with quantize: upload the folder afterwards (hf upload <repo> <out>)")
+    with tempfile.TemporaryDirectory() as temporary:
+        source = Path(cfg.ckpt).expanduser()
+        if not is_transformers_export(source):
+            checkpoint = resolve_checkpoint(cfg.ckpt, cfg.runs_dir, key="ckpt")
+            source = Path(temporary) / "fp32"
+            export_to_transformers(checkpoint, source)
+        report = write_quantized(source, cfg.out, cfg.quantize)
+        print(f"wrote the {cfg.quantize} copy of {cfg.ckpt} to {cfg.out}: {report['quantized_bytes'] / 2**20:.2f} MiB "
+              f"of weights against {report['fp32_bytes'] / 2**20:.2f} MiB in fp32 ({report['ratio']:.2f}x)")
+        if cfg.quantize_eval_task:
+            task, glue_dir = cfg.quantize_eval_task, cfg.glue_dir
+            before = glue_dev_scores(source, task, glue_dir)
+            after = glue_dev_scores(Path(cfg.out), task, glue_dir)
+            report["glue"] = {"task": task, "fp32": before, cfg.quantize: after}
+            for split, scores in before.items():
+                shown = ", ".join(f"{metric} {value:.2f} -> {after[split][metric]:.2f} "
+                                  f"({after[split][metric] - value:+.2f})" for metric, value in scores.items())
+                print(f"{split} dev, fp32 -> {cfg.quantize}: {shown}")
+    (Path(cfg.out) / "quantization.json").write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

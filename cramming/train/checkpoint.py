@@ -86,8 +86,17 @@ def load_state(checkpoint: Path) -> dict:
 
 
 def finite_optimizer_state(optimizer_state: dict) -> bool:
-    return not any(non_finite({name: value for name, value in moments.items() if torch.is_tensor(value)})
+    # torchao's CPUOffloadOptimizer nests one state dict per offloaded parameter, plus one for those on the device
+    nested = [*optimizer_state.get("offloaded", []), *filter(None, [optimizer_state.get("on-device")])]
+    if nested or "state" not in optimizer_state:
+        return all(finite_optimizer_state(inner) for inner in nested)
+    return not any(non_finite({name: _plain(value) for name, value in moments.items() if torch.is_tensor(value)})
                    for moments in optimizer_state["state"].values())
+
+
+def _plain(value: torch.Tensor) -> torch.Tensor:
+    """A quantized optimizer state (torchao's 8-bit moments, a tensor subclass) as the values it stands for."""
+    return value.dequantize() if type(value) is not torch.Tensor and hasattr(value, "dequantize") else value
 
 
 def resume_fingerprint(cfg, microbatch_size: int, world_size: int) -> dict:
@@ -159,6 +168,8 @@ class Checkpointer(Callback):
                  callbacks: CallbackList, is_main: bool, provenance: dict, last_good: Path | None = None):
         self.interval_s = checkpoint_cfg.interval_minutes * 60
         self.keep_last = checkpoint_cfg.keep_last
+        self.keep_at = sorted(checkpoint_cfg.keep_at)  # progress fractions still to keep a checkpoint at
+        self.started_at_step = 0
         self.tokenizer, self.scaler, self.fingerprint = tokenizer, scaler, fingerprint
         self.callbacks, self.is_main, self.provenance = callbacks, is_main, provenance
         self.last_at = 0.0
@@ -169,11 +180,21 @@ class Checkpointer(Callback):
 
     def on_train_start(self, state: TrainState) -> None:
         self.last_at = state.clock.elapsed
+        self.started_at_step = state.progress.step
 
     def after_step(self, state: TrainState) -> None:
         if self.unconfirmed is not None and state.step_applied:
             self.last_good, self.unconfirmed = self.unconfirmed, None
-        if state.clock.elapsed - self.last_at >= self.interval_s:
+        # keep_at: after the first step run at progress >= f. A resumed run whose first step is already past
+        # f reached it before the interruption, and wrote that checkpoint then.
+        resumed_past = self.started_at_step > 0 and state.progress.step == self.started_at_step + 1
+        kept = None
+        while self.keep_at and state.fraction >= self.keep_at[0]:
+            fraction = self.keep_at.pop(0)
+            if not resumed_past:
+                kept = f"at-{fraction:g}-{step_name(state.progress.step)}"
+                self.save(state, kept)
+        if kept is None and state.clock.elapsed - self.last_at >= self.interval_s:
             self.save(state, step_name(state.progress.step))
 
     def on_train_end(self, state: TrainState, reason: str) -> None:

@@ -18,7 +18,7 @@ class OptimConfig:
     configs/optim/<name>.yaml (adamw's are the crammed recipe's: lr 1e-3, betas (0.9, 0.98), eps 1e-12,
     weight decay 0.01); one the optimizer does not read must stay null."""
 
-    name: str = "adamw"  # adamw | lamb | lion | sgd-nesterov | adafactor | muon | sophia
+    name: str = "adamw"  # adamw | lamb | lion | sgd-nesterov | adafactor | muon | sophia | adamw8bit (CUDA)
     lr: Optional[float] = None
     betas: Optional[tuple[float, float]] = None
     eps: Optional[float] = None
@@ -45,11 +45,17 @@ class LayerDropConfig:
 class SparsityConfig:
     """Sparse weight matrices in the encoder's layers (cramming.train.callbacks.sparsity); off at method null."""
 
-    method: Optional[str] = None  # magnitude (gradual pruning) | rigl (dynamic sparse training)
-    density: float = 0.5  # the fraction of each matrix's weights kept
-    start: float = 0.1  # magnitude: progress at which pruning starts
+    # magnitude (gradual pruning) | rigl (dynamic sparse training) | semi-structured-2:4 (2 of every 4, one
+    # shot at `start`; NVIDIA Ampere or later) | lottery (a finished dense run's ticket, rewound)
+    method: Optional[str] = None
+    density: float = 0.5  # the fraction of each matrix's weights kept (2:4: exactly 0.5)
+    start: float = 0.1  # magnitude: progress at which pruning starts; semi-structured-2:4: the one pruning
     end: float = 0.8  # magnitude: progress at which the density is reached; rigl: its last mask update
     update_every: int = 100  # rigl: optimizer steps between mask updates
+    ticket: Optional[str] = None  # lottery: the dense run (or its directory of runs) whose final weights pick the mask
+    # lottery: the progress fraction of the ticket run's kept checkpoint (checkpoint.keep_at) the surviving
+    # weights rewind to; null: the initialization, which the same train.seed and arch rebuild
+    rewind: Optional[float] = None
 
 
 @dataclass
@@ -111,6 +117,9 @@ class TrainConfig:
 class CheckpointConfig:
     interval_minutes: float = 30.0  # wall-clock minutes between checkpoints (and one at the end)
     keep_last: int = 2  # step checkpoints kept besides `final`
+    # progress fractions after which a checkpoint `at-<f>-step-<n>` is written and never pruned (e.g. the
+    # early weights a lottery ticket rewinds to: train.sparsity.rewind)
+    keep_at: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -137,6 +146,12 @@ class ImplConfig:
     # true: each layer's activations are recomputed in the backward pass instead of kept (less memory, about a
     # third more compute; the GPU microbatch search then finds a larger microbatch)
     activation_checkpointing: bool = False
+    # true: the encoder layers' Linear layers compute in float8 (torchao; cramming.train.low_precision); needs
+    # an NVIDIA GPU of compute capability 8.9+ (Ada, Hopper) and compile; anywhere else a one-line error
+    fp8: bool = False
+    # true: optimizer state and master weights in CPU memory, the update on the CPU (torchao's
+    # CPUOffloadOptimizer; one GPU, not fp16); a no-op with a notice on a CPU-only run
+    offload_optimizer: bool = False
 
 
 @dataclass

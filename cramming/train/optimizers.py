@@ -3,8 +3,9 @@
 Every `train.optim` hyperparameter left null takes the chosen optimizer's default; one it does not use is
 an error rather than silently ignored. Weight decay falls on matrices only for all of them
 (cramming.runtime.parameter_groups). Implementations come from torch.optim where it has them and from
-pytorch-optimizer (LAMB, Lion, Muon with its AdamW groups) otherwise, and SophiaG written here
-(cramming.train.sophia); docs/ablations.md says what each does.
+pytorch-optimizer (LAMB, Lion, Muon with its AdamW groups) otherwise, SophiaG written here
+(cramming.train.sophia), and torchao's AdamW8bit (CUDA only: cramming.train.low_precision refuses it
+elsewhere); docs/ablations.md says what each does.
 """
 
 from dataclasses import dataclass
@@ -79,6 +80,16 @@ def _sophia(model, optim):
                    weight_decay=optim.weight_decay)
 
 
+def _adamw8bit(model, optim):
+    """torchao's AdamW with block-wise 8-bit moments (Dettmers et al. 2022): 2 bytes of state per parameter
+    instead of 8. Matrices of 4096 or more values (a multiple of the 256-value block) get 8-bit states, the rest
+    fp32. Its learning rate is a tensor in each group (cramming.runtime.set_lr fills it in place)."""
+    from torchao.optim import AdamW8bit
+
+    return AdamW8bit(_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps,
+                     weight_decay=optim.weight_decay)
+
+
 OPTIMIZERS = {
     "adamw": Optimizer(("lr", "betas", "eps", "weight_decay"), _adamw),
     "lamb": Optimizer(("lr", "betas", "eps", "weight_decay"), _lamb),
@@ -87,6 +98,7 @@ OPTIMIZERS = {
     "adafactor": Optimizer(("lr", "weight_decay"), _adafactor),
     "muon": Optimizer(("lr", "momentum", "betas", "eps", "weight_decay"), _muon),
     "sophia": Optimizer(("lr", "betas", "weight_decay", "gamma", "hessian_every"), _sophia),
+    "adamw8bit": Optimizer(("lr", "betas", "eps", "weight_decay"), _adamw8bit),
 }
 
 

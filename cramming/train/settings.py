@@ -12,6 +12,7 @@ from cramming.hardware import GpuProfile, check_profile, known_profiles, resolve
 from cramming.data.checks import check_data_config
 from cramming.model.config import as_model_config
 from cramming.runtime import LR_SCHEDULES, Precision
+from cramming.train.low_precision import check_low_precision
 from cramming.train.techniques import check_techniques
 from cramming.train.wandb_logger import check_wandb_config
 
@@ -105,6 +106,8 @@ def check_train_config(cfg) -> None:
         (math.isfinite(cfg.checkpoint.interval_minutes) and cfg.checkpoint.interval_minutes > 0,
          f"checkpoint.interval_minutes={cfg.checkpoint.interval_minutes} must be positive"),
         (cfg.checkpoint.keep_last >= 0, f"checkpoint.keep_last={cfg.checkpoint.keep_last} must not be negative"),
+        (all(0 <= f < 1 for f in cfg.checkpoint.keep_at),
+         f"checkpoint.keep_at={list(cfg.checkpoint.keep_at)} must hold progress fractions in [0, 1)"),
         (cfg.logging.every_steps >= 1, f"logging.every_steps={cfg.logging.every_steps} must be at least 1"),
         (cfg.logging.progress in ("auto", "bar", "lines"),
          f"logging.progress={cfg.logging.progress!r} must be auto, bar or lines"),
@@ -124,4 +127,5 @@ def check_train_config(cfg) -> None:
         if not ok:
             raise CrammingError(problem)
     check_techniques(cfg)
+    check_low_precision(cfg)
     check_wandb_config(cfg.wandb)

@@ -7,9 +7,12 @@ own module; this one checks their settings and builds them.
 import math
 from pathlib import Path
 
+import torch
+from omegaconf import OmegaConf
+
 from cramming.data.stream import Microbatches, microbatch_stream
 from cramming.errors import CrammingError
-from cramming.runs import resolve_checkpoint
+from cramming.runs import FINAL, resolve_checkpoint
 from cramming.train.callbacks import Callback
 from cramming.train.callbacks.distillation import Distillation
 from cramming.train.callbacks.importance_sampling import ImportanceSampling
@@ -21,7 +24,7 @@ from cramming.train.sophia import SophiaHessian
 from cramming.train.step import TrainStep
 
 SAMPLINGS = ("sequential", "importance")
-SPARSITY_METHODS = (None, "magnitude", "rigl")
+SPARSITY_METHODS = (None, "magnitude", "rigl", "semi-structured-2:4", "lottery")
 
 
 def check_techniques(cfg) -> None:
@@ -47,12 +50,18 @@ def check_techniques(cfg) -> None:
         (not (drop.max_rate and stages), "train.layer_drop and train.stacking both set the layers a step runs: "
          "use one at a time"),
         (train.sampling in SAMPLINGS, f"train.sampling={train.sampling!r} must be one of {', '.join(SAMPLINGS)}"),
-        (sparsity.method in SPARSITY_METHODS or sparsity.method == "semi-structured-2:4",
-         f"train.sparsity.method={sparsity.method!r} must be magnitude or rigl (null: off)"),
-        (sparsity.method != "semi-structured-2:4", "train.sparsity.method=semi-structured-2:4 is not available yet: "
-         "it needs torch.sparse's 2:4 kernels on an NVIDIA GPU (Ampere or later), and no GPU has tested it; use "
-         "magnitude or rigl"),
+        (sparsity.method in SPARSITY_METHODS,
+         f"train.sparsity.method={sparsity.method!r} must be one of {', '.join(map(str, SPARSITY_METHODS[1:]))} "
+         "(null: off)"),
         (0 < sparsity.density < 1, f"train.sparsity.density={sparsity.density} must be in (0, 1)"),
+        (sparsity.method != "semi-structured-2:4" or sparsity.density == 0.5,
+         f"train.sparsity.method=semi-structured-2:4 keeps 2 of every 4 weights: train.sparsity.density="
+         f"{sparsity.density} must stay 0.5"),
+        ((sparsity.method == "lottery") == (sparsity.ticket is not None),
+         "train.sparsity.method=lottery needs train.sparsity.ticket=<the dense run>, and a ticket is read only by "
+         "method=lottery"),
+        (sparsity.rewind is None or (sparsity.method == "lottery" and 0 <= sparsity.rewind < 1),
+         f"train.sparsity.rewind={sparsity.rewind} is a progress fraction in [0, 1), read only by method=lottery"),
         (0 <= sparsity.start < sparsity.end <= 1,
          f"train.sparsity.start={sparsity.start} and .end={sparsity.end} must satisfy 0 <= start < end <= 1"),
         (sparsity.update_every >= 1, f"train.sparsity.update_every={sparsity.update_every} must be at least 1"),
@@ -70,7 +79,7 @@ def check_techniques(cfg) -> None:
             raise CrammingError(message)
 
 
-def build_techniques(cfg, compile_model: bool, world_size: int) -> list[Callback]:
+def build_techniques(cfg, compile_model: bool, world_size: int, device: torch.device) -> list[Callback]:
     """The callbacks of the techniques cfg switches on, after the checks that need the run's settings."""
     train, techniques = cfg.train, []
     if train.layer_drop.max_rate or train.stacking.stages:
@@ -94,8 +103,14 @@ def build_techniques(cfg, compile_model: bool, world_size: int) -> list[Callback
         techniques.append(ImportanceSampling(train.seed))
     if train.sparsity.method:
         sparsity = train.sparsity
+        if sparsity.method == "semi-structured-2:4" and not supports_semi_structured(device):
+            raise CrammingError(f"train.sparsity.method=semi-structured-2:4 needs an NVIDIA GPU of compute capability "
+                                f"8.0 or later (Ampere, Ada, Hopper), whose sparse tensor cores run the 2:4 pattern; "
+                                f"this run is on {device_name(device)}. On it, magnitude pruning to "
+                                "train.sparsity.density=0.5 gives the same sparsity without the pattern")
+        ticket, rewind = lottery_ticket(cfg) if sparsity.method == "lottery" else (None, None)
         techniques.append(Sparsity(sparsity.method, sparsity.density, sparsity.start, sparsity.end,
-                                   sparsity.update_every, train.seed))
+                                   sparsity.update_every, train.seed, ticket, rewind))
     if train.distill.teacher:
         teacher = resolve_checkpoint(train.distill.teacher, Path(cfg.output_dir) / cfg.name, key="train.distill.teacher")
         techniques.append(Distillation(teacher, train.distill.alpha, train.distill.temperature))
@@ -104,6 +119,46 @@ def build_techniques(cfg, compile_model: bool, world_size: int) -> list[Callback
     if train.stacking.stages:
         techniques.append(Stacking(list(train.stacking.stages), train.stacking.at))
     return techniques
+
+
+def supports_semi_structured(device: torch.device) -> bool:
+    """torch.sparse's 2:4 kernels: CUDA devices of compute capability 8.0 or later."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type != "cuda":
+        return device.type
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor})"
+
+
+def lottery_ticket(cfg) -> tuple[Path, Path | None]:
+    """The dense run's final checkpoint (the mask) and the checkpoint to rewind to (None: the initialization,
+    which the dense run's seed and arch rebuild: both must be this run's)."""
+    sparsity = cfg.train.sparsity
+    final = resolve_checkpoint(sparsity.ticket, Path(cfg.output_dir) / cfg.name, key="train.sparsity.ticket")
+    run_dir = final.parent.parent
+    config_path = run_dir / "config.yaml"
+    if final.name != FINAL or not config_path.is_file():
+        raise CrammingError(f"train.sparsity.ticket={sparsity.ticket}: {final} is not the final checkpoint of a "
+                            "finished run (the ticket is the dense run's trained weights)")
+    dense = OmegaConf.load(config_path)
+    ours = OmegaConf.to_container(cfg.arch, resolve=True)
+    if OmegaConf.to_container(dense.arch, resolve=True) != ours:
+        raise CrammingError(f"train.sparsity.ticket={sparsity.ticket}: that run's arch differs from this one's: "
+                            "the ticket must be drawn from the same architecture")
+    if sparsity.rewind is None:
+        if dense.train.seed != cfg.train.seed:
+            raise CrammingError(f"train.sparsity.ticket={sparsity.ticket}: that run's train.seed={dense.train.seed} "
+                                f"differs from this one's ({cfg.train.seed}), so this run's initialization is not "
+                                "the ticket's: use the same seed, or rewind to a kept checkpoint")
+        return final, None
+    kept = sorted((run_dir / "checkpoints").glob(f"at-{sparsity.rewind:g}-step-*"))
+    if not kept:
+        raise CrammingError(f"train.sparsity.rewind={sparsity.rewind}: {run_dir} kept no checkpoint at that "
+                            f"progress; train the dense run with checkpoint.keep_at=[{sparsity.rewind:g}]")
+    return final, kept[-1]
 
 
 def data_stream(techniques: list[Callback], microbatches: Microbatches, start: int, num_workers: int,

@@ -33,6 +33,7 @@ from cramming.train.clock import BudgetClock
 from cramming.train.distributed import Distributed
 from cramming.train.heartbeat import Heartbeat, charge_lost_time
 from cramming.train.interrupt import Interrupted
+from cramming.train.low_precision import check_on_device, convert_to_fp8, offload
 from cramming.train.loop import Schedule, run_loop
 from cramming.train.metrics import MetricsLog, MetricsLogger, format_duration
 from cramming.train.microbatch import choose_microbatch
@@ -70,7 +71,9 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
 def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     started = time.perf_counter()
     settings = resolve_settings(cfg, dist.local_rank)
-    techniques = [*build_techniques(cfg, settings.compile, dist.world_size), *techniques]  # techniques.py
+    check_on_device(cfg, settings.device, settings.compile, settings.precision.name, dist.world_size)
+    techniques = [*build_techniques(cfg, settings.compile, dist.world_size, settings.device),  # techniques.py
+                  *techniques]
     torch.manual_seed(cfg.train.seed)
     prepare_device(settings.device)
     dataset = _prepared_dataset(cfg, dist)
@@ -80,7 +83,11 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     model = build_mlm_model(cfg.arch, vocab_size).to(settings.device)
     if cfg.impl.activation_checkpointing:
         checkpoint_activations(model)
+    if cfg.impl.fp8:  # low_precision.py: the encoder's Linear layers in float8 (checked: CUDA 8.9+, compiled)
+        convert_to_fp8(model)
     optimizer = build_pretraining_optimizer(model, cfg.train.optim)
+    if cfg.impl.offload_optimizer and settings.device.type == "cuda":  # on the CPU: a no-op (notice logged)
+        optimizer = offload(optimizer)
     scaler = settings.precision.grad_scaler()
     checkpoint = saved = None
     if cfg.resume:

@@ -1,5 +1,5 @@
-"""The two comparison benchmarks run end to end at toy size: GLUE fine-tuning padded vs unpadded, and
-corpus preparation vs bare tokenizers encoding."""
+"""The comparison benchmarks run end to end at toy size (GLUE fine-tuning padded vs unpadded, and
+corpus preparation vs bare tokenizers encoding), or refuse in one line (2:4 sparse matmuls off a GPU)."""
 
 import gzip
 import re
@@ -56,3 +56,11 @@ def test_glue_speed_without_the_tsv_files_is_one_line(tmp_path):
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip() == f"error: --glue-dir {tmp_path}: {tmp_path / 'RTE' / 'train.tsv'} not found (a classic GLUE TSV directory)"
+
+
+def test_the_sparse_matmul_benchmark_refuses_a_machine_without_sparse_tensor_cores():
+    run = subprocess.run([sys.executable, "scripts/bench_sparse.py"], cwd=REPO_ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == ("error: scripts/bench_sparse.py times torch.sparse's 2:4 kernels, which need an NVIDIA "
+                                  "GPU of compute capability 8.0 or later (no CUDA GPU here)")

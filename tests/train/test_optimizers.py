@@ -15,12 +15,13 @@ from tests.train.runs import STEP_RUN, InterruptAt, compose_config, records, sum
 
 
 # Each optimizer with one schedule, so that every option of both trains once under the budget clock
-# (the default users run), in seven runs instead of 49.
-PAIRS = list(zip(OPTIMIZERS, ["constant", "linear", "cosine", "wsd", "one-cycle", "inverse-sqrt", "triangle"]))
+# (the default users run), in seven runs instead of 49. adamw8bit needs CUDA (tests/train/test_low_precision.py).
+ON_CPU = [name for name in OPTIMIZERS if name != "adamw8bit"]
+PAIRS = list(zip(ON_CPU, ["constant", "linear", "cosine", "wsd", "one-cycle", "inverse-sqrt", "triangle"]))
 
 
 def test_every_option_is_paired():
-    assert [name for name, _ in PAIRS] == list(OPTIMIZERS)
+    assert [name for name, _ in PAIRS] == ON_CPU
     assert sorted(schedule for _, schedule in PAIRS) == sorted(LR_SCHEDULES)
 
 

@@ -20,7 +20,9 @@ from cramming.errors import CrammingError
 from cramming.train.callbacks.distillation import distillation_loss
 from cramming.train.callbacks.importance_sampling import ImportanceSampling
 from cramming.train.callbacks.layer_drop import drop_rates
-from cramming.train.callbacks.sparsity import Sparsity, gradual_density, magnitude_mask
+from cramming.model.checkpoint import read_config
+from cramming.train.callbacks import Callback
+from cramming.train.callbacks.sparsity import Sparsity, gradual_density, magnitude_mask, two_of_four_mask
 from cramming.train.callbacks.stacking import Stacking
 from cramming.train.sam import SharpnessAwareStep
 from cramming.train.sophia import SophiaG, SophiaHessian
@@ -43,10 +45,12 @@ STEPS = STEP_RUN + ["train.batch_size=16"]  # one microbatch a step: short
 
 @pytest.fixture(scope="module")
 def plain_run(tmp_path_factory):
-    """Three plain steps, for the techniques that must not change a number."""
+    """Three plain steps, for the techniques that must not change a number; it keeps the checkpoint after
+    step 2 (progress 1/3) for a lottery ticket to rewind to."""
     output_dir = tmp_path_factory.mktemp("plain")
     return pretrain(compose_config(STEPS + ["train.max_steps=3", f"output_dir={output_dir}",
-                                            f"cache_dir={output_dir / 'cache'}"]))
+                                            f"cache_dir={output_dir / 'cache'}", "checkpoint.keep_at=[0.3]",
+                                            "checkpoint.keep_last=1"]))
 
 
 @pytest.mark.parametrize("techniques", UNDER_THE_CLOCK)
@@ -319,3 +323,59 @@ def test_sophia_estimates_the_gauss_newton_diagonal_and_clips_its_update():
     before = weight.detach().clone()
     optimizer.step()
     assert (weight - before).abs().max() <= 0.01 + 1e-7 and not torch.equal(weight, before)
+
+
+def test_two_of_four_keeps_the_two_largest_of_every_four():
+    weight = torch.tensor([[0.1, -4.0, 3.0, 0.2, 1.0, 1.0, 1.0, 1.0], [5.0, 0.0, 0.0, -6.0, 0.3, 0.1, -0.2, 0.4]])
+    assert two_of_four_mask(weight).int().tolist() == [[0, 1, 1, 0, 1, 1, 0, 0], [1, 0, 0, 1, 1, 0, 0, 1]]
+
+
+def test_semi_structured_sparsity_prunes_two_of_four_once_and_resumes_exactly(cache_dir, tmp_path, monkeypatch):
+    """Its gate asks for a CUDA GPU of compute capability 8.0+, which cannot exist here: stood in for, the
+    rest is the real run. Pruned after step 2 (progress 0.25); interrupted before step 3, resumed."""
+    monkeypatch.setattr("cramming.train.techniques.supports_semi_structured", lambda device: True)
+    overrides = ["train.sparsity.method=semi-structured-2:4", "train.sparsity.start=0.25", "train.max_steps=4"]
+    straight, resumed = straight_and_resumed(tmp_path, overrides, 3)
+    assert_same_training(straight, resumed)
+    for name, weight in layer_matrices(straight).items():
+        kept_per_group = (weight.reshape(-1, 4) != 0).sum(1)
+        assert (kept_per_group == 2).all(), name
+
+
+class WeightsAtStart(Callback):
+    """The model's weights as training starts (after the techniques' own on_train_start)."""
+
+    def on_train_start(self, state):
+        self.weights = {name: p.detach().clone() for name, p in state.model.state_dict().items()}
+
+
+def test_a_lottery_ticket_is_the_dense_runs_mask_on_its_rewound_weights_and_resumes_exactly(cache_dir, tmp_path,
+                                                                                           plain_run):
+    """The plain run (3 steps) kept its checkpoint after step 2; rewound to it, the ticket run starts from
+    those weights times the mask of the final weights' largest quarter, and resumes exactly; rewound to
+    the initialization, it starts from the weights the same seed builds."""
+    kept = plain_run / "checkpoints" / "at-0.3-step-00000002"
+    assert kept.is_dir() and not (plain_run / "checkpoints" / "step-00000001").exists()  # kept; others pruned
+    masks = {name: magnitude_mask(weight, 0.25) for name, weight in layer_matrices(plain_run).items()}
+    ticket = ["train.sparsity.method=lottery", f"train.sparsity.ticket={plain_run}", "train.sparsity.density=0.25",
+              "train.max_steps=3"]
+    start = WeightsAtStart()
+    straight = pretrain(compose_config(STEPS + [f"output_dir={tmp_path / 'a'}", *ticket, "train.sparsity.rewind=0.3"]),
+                        callbacks=[start])
+    halted = STEPS + [f"output_dir={tmp_path / 'b'}", *ticket, "train.sparsity.rewind=0.3"]
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(compose_config(halted), callbacks=[InterruptAt(2)])
+    assert_same_training(straight, pretrain(compose_config(halted + ["resume=latest"])))
+    rewound = load_file(kept / "model.safetensors")
+    assert len(masks) == 8 and all(torch.equal(start.weights[name], rewound[name] * mask) for name, mask in masks.items())
+    assert torch.equal(start.weights["bert.embeddings.word_embeddings.weight"],
+                       rewound["bert.embeddings.word_embeddings.weight"])  # rewound too, and dense
+    final = torch.load(straight / "checkpoints" / "final" / "trainer_state.pt", weights_only=True)
+    assert all(torch.equal(final["callbacks"]["Sparsity"]["masks"][name], mask) for name, mask in masks.items())
+
+    at_init = WeightsAtStart()
+    pretrain(compose_config(STEPS + [f"output_dir={tmp_path / 'c'}", *ticket[:-1], "train.max_steps=1"]),
+             callbacks=[at_init])
+    torch.manual_seed(0)  # the run's train.seed: what the trainer builds the model with
+    initial = tiny_model(2, read_config(plain_run / "checkpoints" / "final")[0]["vocab_size"]).state_dict()
+    assert all(torch.equal(at_init.weights[name], initial[name] * masks.get(name, 1)) for name in initial)

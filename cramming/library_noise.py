@@ -1,0 +1,28 @@
+"""Warnings of torchao's that say nothing on a machine without CUDA, filtered from the start.
+
+transformers imports torchao whenever it is installed (every GLUE, export and benchmark command), and on
+import torchao tries to load its CUDA kernel libraries and registers its enums with torch's pytree, which
+torch 2.13 answers with a deprecation warning. Without CUDA each of those is a warning line on stderr that
+buries our own output; with CUDA a library that fails to load is a real problem, so only CPU-only
+machines drop them.
+"""
+
+import logging
+
+
+class _Drop(logging.Filter):
+    def __init__(self, *fragments: str):
+        super().__init__()
+        self.fragments = fragments
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not all(fragment in record.getMessage() for fragment in self.fragments)
+
+
+def quiet_torchao_without_cuda() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    logging.getLogger("torchao").addFilter(_Drop("Failed to load", ".so"))
+    logging.getLogger("torch.utils._pytree").addFilter(_Drop("is an Enum subclass", "register_constant()"))

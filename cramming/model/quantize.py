@@ -1,0 +1,96 @@
+"""Post-training int8 quantization of an export: `python scripts/export.py ... quantize=int8`.
+
+torchao's dynamic int8 quantization through transformers' TorchAoConfig: every nn.Linear's weight stored in
+int8 with one scale per output row, activations quantized per token at run time, int8 matmuls (on a CPU
+too). Embeddings, LayerNorms and the tied decoder (F.linear on the embedding matrix, not a Linear) stay
+fp32. The copy is a transformers folder like the export (same config, tokenizer and remote code, plus
+its `quantization_config`); it loads with `from_pretrained(..., trust_remote_code=True)` where torchao is
+installed. It is for inference: fine-tuning int8 weights is not what it is for, so quantize the fine-tuned
+classifier (eval.save_models=true keeps them) and score it with `quantize_eval_task`.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from ..errors import CrammingError
+
+QUANTIZATIONS = ("int8",)
+WEIGHTS = "model.safetensors"
+
+
+def is_transformers_export(folder: Path) -> bool:
+    """A folder transformers loads (ours exported, or a classifier kept by eval.save_models), not a checkpoint."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("format") != "cramming" and "model_type" in config
+
+
+def _auto_class(folder: Path):
+    from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification
+
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    classifier = any("SequenceClassification" in name for name in (config.architectures or []))
+    return AutoModelForSequenceClassification if classifier else AutoModelForMaskedLM
+
+
+def load_quantized(folder: str | os.PathLike, method: str = "int8"):
+    """The export in `folder` loaded with its Linear weights quantized (CPU)."""
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig
+    from transformers import TorchAoConfig
+
+    if method not in QUANTIZATIONS:
+        raise CrammingError(f"quantize={method!r} must be one of {', '.join(QUANTIZATIONS)} (or null: none)")
+    folder = Path(folder)
+    config = TorchAoConfig(Int8DynamicActivationInt8WeightConfig())
+    auto = _auto_class(folder)
+    return auto.from_pretrained(folder, trust_remote_code=True, device_map="cpu", quantization_config=config)
+
+
+def write_quantized(export_dir: str | os.PathLike, out_dir: str | os.PathLike, method: str = "int8") -> dict:
+    """Write the int8 copy of the export in `export_dir` to `out_dir`; returns both weight files' sizes."""
+    from transformers import AutoTokenizer
+
+    from .export import _name_a_tokenizer_class_every_version_has
+
+    export_dir, out_dir = Path(export_dir), Path(out_dir)
+    model = load_quantized(export_dir, method)
+    model.save_pretrained(out_dir)
+    AutoTokenizer.from_pretrained(export_dir, trust_remote_code=True).save_pretrained(out_dir)
+    _name_a_tokenizer_class_every_version_has(out_dir / "tokenizer_config.json")
+    fp32, quantized = (export_dir / WEIGHTS).stat().st_size, (out_dir / WEIGHTS).stat().st_size
+    return {"method": method, "fp32_bytes": fp32, "quantized_bytes": quantized, "ratio": quantized / fp32}
+
+
+def glue_dev_scores(folder: Path, task_name: str, glue_dir: str | None) -> dict:
+    """A fine-tuned classifier's (fp32 export or int8 copy) scores on the task's dev split(s), on the CPU, with
+    the GLUE protocol's tokenization."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from ..eval.batching import encode_split
+    from ..eval.config import GlueConfig
+    from ..eval.data import TASKS, load_task
+    from ..eval.finetune import evaluate
+    from ..runtime import Precision
+
+    if task_name not in TASKS:
+        raise CrammingError(f"quantize_eval_task={task_name!r} is not a GLUE task; choose one of {', '.join(TASKS)}")
+    task, protocol = TASKS[task_name], GlueConfig()
+    # an int8 copy's config.json carries its quantization_config: transformers loads it through torchao
+    model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)
+    masked_lm = _auto_class(folder).__name__.endswith("MaskedLM")
+    if masked_lm or getattr(model.config, "num_labels", None) != task.num_labels:
+        raise CrammingError(f"quantize_eval_task={task_name}: {folder} is not a classifier fine-tuned on it (a "
+                            f"{task.num_labels}-label head); quantize one kept by eval_glue.py eval.save_models=true")
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    data = load_task(task, glue_dir, protocol.max_malformed_fraction)
+    cpu, fp32 = torch.device("cpu"), Precision("fp32", "cpu")
+    scores = {}
+    for name, split in data.evaluations.items():
+        encoded = encode_split(split, tokenizer, protocol.max_length, task.num_labels == 1)
+        scores[name] = evaluate(model, encoded, name, protocol.eval_batch_size, cpu, fp32, tokenizer.pad_token_id)
+    return scores

@@ -52,3 +52,29 @@ def test_a_sweep_without_runs_or_with_a_budget_of_its_own_is_refused():
         check_sweep("empty", SweepConfig(base=["data=embedded"], runs={}))
     with pytest.raises(CrammingError, match="run b sets budget=2; the budget belongs in `base`"):
         check_sweep("uneven", SweepConfig(runs={"a": [], "b": ["budget=2"]}))
+
+
+def test_the_sweeps_later_rows_name_an_earlier_row_of_the_same_sweep(tmp_path):
+    """configs/sweep/lottery.yaml and distillation.yaml: `\\${output_dir}` reaches each run's config
+    unresolved, where it is that run's output_dir, so the tickets read the dense row's runs and the taught
+    student the teacher's, wherever the sweep writes."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base="1.3"):
+        sweep = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SweepConfig),
+                                                    compose("ablate", overrides=["sweep=lottery"]).sweep))
+        assert list(sweep.runs)[0] == "dense"  # the tickets need it first
+        for label in ("ticket-rewound", "ticket-at-init"):
+            run = compose("pretrain", overrides=[*sweep.base, *sweep.runs[label], f"name={label}",
+                                                 f"output_dir={tmp_path / 'runs'}"])
+            assert run.train.sparsity.ticket == str(tmp_path / "runs" / "dense")
+        rewound = compose("pretrain", overrides=[*sweep.base, *sweep.runs["ticket-rewound"]])
+        dense = compose("pretrain", overrides=[*sweep.base, *sweep.runs["dense"]])
+        assert list(dense.checkpoint.keep_at) == [rewound.train.sparsity.rewind]  # the rewind point is kept
+        sweep = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SweepConfig),
+                                                    compose("ablate", overrides=["sweep=distillation"]).sweep))
+        assert list(sweep.runs)[0] == "teacher-4-layers"
+        taught = compose("pretrain", overrides=[*sweep.base, *sweep.runs["student-taught"], "name=student-taught",
+                                                f"output_dir={tmp_path / 'runs'}"])
+        assert taught.train.distill.teacher == str(tmp_path / "runs" / "teacher-4-layers")

@@ -3,11 +3,14 @@
 transformers imports torchao whenever it is installed (every GLUE, export and benchmark command), and on
 import torchao tries to load its CUDA kernel libraries and registers its enums with torch's pytree, which
 torch 2.13 answers with a deprecation warning. Without CUDA each of those is a warning line on stderr that
-buries our own output; with CUDA a library that fails to load is a real problem, so only CPU-only
-machines drop them.
+buries our own output; with CUDA a library that fails to load is a real problem, so only CPU builds of
+torch drop them. The build is read from the installed package's version label (`2.13.0+cpu`), not asked
+of torch.cuda: querying CUDA at import, in every process, made torchrun's ranks abort at exit
+("terminate called without an active exception") in the clean-clone CI runs.
 """
 
 import logging
+from importlib.metadata import PackageNotFoundError, version
 
 
 class _Drop(logging.Filter):
@@ -20,9 +23,11 @@ class _Drop(logging.Filter):
 
 
 def quiet_torchao_without_cuda() -> None:
-    import torch
-
-    if torch.cuda.is_available():
+    try:
+        cpu_build = version("torch").endswith("+cpu")
+    except PackageNotFoundError:
+        return
+    if not cpu_build:
         return
     logging.getLogger("torchao").addFilter(_Drop("Failed to load", ".so"))
     logging.getLogger("torch.utils._pytree").addFilter(_Drop("is an Enum subclass", "register_constant()"))

@@ -6,7 +6,6 @@ from collections import Counter
 import numpy as np
 
 from cramming.data.config import FilterConfig
-from cramming.data.near_dedup import NearDuplicates
 from cramming.data.sources import Document
 
 BAD_CHARACTERS = ("\ufffd", "\x00")  # undecodable bytes (replaced on read) and NULs: binary content
@@ -32,7 +31,11 @@ class DocumentFilter:
         self.cfg = cfg
         self.max_doc_chars = max_doc_chars
         self.seen_hashes: set[bytes] = set()
-        self.near_duplicates = NearDuplicates(cfg.near_dedup_threshold) if cfg.near_dedup_threshold else None
+        self.near_duplicates = None
+        if cfg.near_dedup_threshold:  # datasketch (and scipy under it) only where it is used, not in every process
+            from cramming.data.near_dedup import NearDuplicates
+
+            self.near_duplicates = NearDuplicates(cfg.near_dedup_threshold)
         self.counts: Counter[str] = Counter()
 
     def __call__(self, document: Document) -> list[Document]:

@@ -43,15 +43,6 @@ class Distributed:
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
         return bool(tensor.item())
 
-    def agreed(self, value: float, device: torch.device) -> float:
-        """Rank 0's value on every rank: what each rank computes from its own clock (the progress that sets
-        the lr and the techniques' schedules) must be the same for the replicas to stay equal."""
-        if not self.enabled:
-            return value
-        tensor = torch.tensor([value], dtype=torch.float64, device=device)
-        dist.broadcast(tensor, src=0)
-        return tensor.item()
-
     def mean(self, value: torch.Tensor) -> torch.Tensor:
         if self.enabled:
             value = value.clone()

@@ -35,7 +35,7 @@ def run_loop(state: TrainState, step: TrainStep, stopping: StoppingRule, schedul
     callbacks.on_train_start(state)
     state.clock.start()
     while not dist.any(stopping.done(progress.step), state.device):
-        state.fraction = dist.agreed(stopping.fraction(progress.step), state.device)
+        state.fraction = stopping.fraction(progress.step)
         state.lr, state.accumulate = schedule.lr(state.fraction), schedule.accumulate(state.fraction)
         set_lr(state.optimizer, state.lr)
         callbacks.before_step(state)

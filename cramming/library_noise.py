@@ -4,9 +4,8 @@ transformers imports torchao whenever it is installed (every GLUE, export and be
 import torchao tries to load its CUDA kernel libraries and registers its enums with torch's pytree, which
 torch 2.13 answers with a deprecation warning. Without CUDA each of those is a warning line on stderr that
 buries our own output; with CUDA a library that fails to load is a real problem, so only CPU builds of
-torch drop them. The build is read from the installed package's version label (`2.13.0+cpu`), not asked
-of torch.cuda: querying CUDA at import, in every process, made torchrun's ranks abort at exit
-("terminate called without an active exception") in the clean-clone CI runs.
+torch drop them. The build is read from the installed package's version label (`2.13.0+cpu`): no torch
+import and no CUDA query when the package is imported.
 """
 
 import logging

@@ -59,9 +59,7 @@ def pretrain_overrides(corpus: Path, workdir: Path) -> list[str]:
 def run_pretraining(workdir: Path, extra_overrides: tuple[str, ...] = ()) -> tuple[dict, Path]:
     """The golden pretraining in this process (with `extra_overrides`, a deliberately changed one): its
     numbers (losses at CHECKED_STEPS, validation loss, norm of the final weights) and final checkpoint."""
-    from hydra import compose, initialize_config_dir
-
-    from cramming import CONFIG_DIR
+    from cramming.composition import compose_config
     from cramming.data.prepare import prepare_dataset
     from cramming.train.config import PretrainConfig  # noqa: F401  (registers the schemas)
     from cramming.train.trainer import pretrain
@@ -70,8 +68,7 @@ def run_pretraining(workdir: Path, extra_overrides: tuple[str, ...] = ()) -> tup
     corpus = workdir / "corpus.txt"
     if not corpus.exists():  # written once per workdir: its prepared dataset is then reused from the cache
         corpus.write_text(synthetic_corpus())
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose("pretrain", overrides=[*pretrain_overrides(corpus, workdir), *extra_overrides])
+    cfg = compose_config("pretrain", [*pretrain_overrides(corpus, workdir), *extra_overrides])
     run_dir = pretrain(cfg)
     records = {r["step"]: r["loss"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())}
     checkpoint = run_dir / "checkpoints" / "final"

@@ -24,7 +24,11 @@ ONE_CYCLE_START, ONE_CYCLE_END = 1 / 25, 1 / 25 / 1e4  # torch OneCycleLR's div_
 
 
 def resolve_device(spec: str, key: str) -> torch.device:
-    """`auto` (the GPU when there is one), `cpu`, `cuda` or `cuda:<index>`; `key` names the setting in errors."""
+    """`auto` (the GPU when there is one), `cpu`, `cuda` or `cuda:<index>`; `key` names the setting in errors.
+
+    The one device rule of every command: a CUDA device always comes back with its index (the current
+    device where `spec` names none), because `torch.cuda.set_device` rejects an index-less one.
+    """
     try:
         device = torch.device("cuda" if spec == "auto" and torch.cuda.is_available() else
                               "cpu" if spec == "auto" else spec)
@@ -32,18 +36,24 @@ def resolve_device(spec: str, key: str) -> torch.device:
         raise CrammingError(f"{key}={spec!r} is not auto, cpu, cuda or cuda:<index>") from None
     if device.type not in ("cpu", "cuda"):
         raise CrammingError(f"{key}={spec!r} is not auto, cpu, cuda or cuda:<index>")
-    if device.type == "cuda" and not torch.cuda.is_available():
+    if device.type == "cpu":
+        return device
+    if not torch.cuda.is_available():
         raise CrammingError(f"{key}={spec} but no CUDA GPU is available")
-    return device
+    index = torch.cuda.current_device() if device.index is None else device.index
+    if index >= torch.cuda.device_count():
+        raise CrammingError(f"{key}={spec} but this machine has {torch.cuda.device_count()} CUDA GPU(s), "
+                            f"numbered from 0")
+    return torch.device("cuda", index)
 
 
 def prepare_device(device: torch.device) -> None:
     """Process-wide math settings for fast steps: no denormals on the CPU (they made steps 7x slower),
-    TF32 tensor cores for fp32 matmuls on the GPU."""
+    TF32 tensor cores for fp32 matmuls on the GPU. An index-less CUDA device means the current one."""
     if device.type == "cpu":
         torch.set_flush_denormal(True)
     else:
-        torch.cuda.set_device(device)
+        torch.cuda.set_device(torch.cuda.current_device() if device.index is None else device.index)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 

@@ -1,7 +1,7 @@
 """GLUE fine-tuning speed with and without unpadding, side by side in one process (issue 16).
 
     python scripts/bench_glue_speed.py [--glue-dir ../shared/data/glue] [--examples 800] [--repeats 3]
-        [--layers 2 --hidden 128 --heads 4 --intermediate 512] [--vocab 4096]
+        [--layers 2 --hidden 128 --heads 4 --intermediate 512] [--vocab 4096] [--device auto]
 
 A crammed-bert model (random weights: speed does not depend on skill) with a WordPiece tokenizer trained on
 the tasks' own text fine-tunes one epoch on a fixed subset of RTE and MRPC and scores their dev sets, once
@@ -31,7 +31,7 @@ from cramming.eval.finetune import evaluate, finetune
 from cramming.model import ModelConfig, build_mlm_model
 from cramming.model.checkpoint import save_pretrained
 from cramming.model.crammed_bert import Encoder
-from cramming.runtime import Precision, prepare_device
+from cramming.runtime import Precision, prepare_device, resolve_device
 
 TASKS = ("rte", "mrpc")
 
@@ -66,20 +66,23 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--intermediate", type=int, default=512)
     parser.add_argument("--vocab", type=int, default=4096)
+    parser.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda or cuda:<index>")
     args = parser.parse_args()
     missing = [path for path in (args.glue_dir / "RTE" / "train.tsv", args.glue_dir / "MRPC" / "train.tsv")
                if not path.is_file()]
     if missing:
         raise CrammingError(f"--glue-dir {args.glue_dir}: {missing[0]} not found (a classic GLUE TSV directory)")
 
-    device = torch.device("cpu")
+    device = resolve_device(args.device, "--device")
     prepare_device(device)
     precision = Precision.resolve("fp32", device, "precision")
     cfg = GlueConfig(data_dir=str(args.glue_dir), epochs=1)
     with tempfile.TemporaryDirectory() as tmp:
         encoder = open_encoder(str(make_checkpoint(Path(tmp) / "checkpoint", args.glue_dir, args)), cfg.dropout)
         pad_id = encoder.tokenizer.pad_token_id
-        print(f"{args.layers} layers x {args.hidden}, vocab {args.vocab}, {torch.get_num_threads()} threads; "
+        where = (torch.cuda.get_device_name(device) if device.type == "cuda"
+                 else f"{torch.get_num_threads()} CPU threads")
+        print(f"{args.layers} layers x {args.hidden}, vocab {args.vocab}, {where}; "
               f"{args.examples} training examples per task, batch {cfg.batch_size}, eval batch {cfg.eval_batch_size}")
         for name in TASKS:
             task = get_task(name)

@@ -1,6 +1,8 @@
 """The first-GPU check (`scripts/gpu_check.py`): in stages that each fit one 10-minute command, what a GPU
-session should measure first, written as JSON and as a markdown section for docs/benchmarks.md.
+session should check and measure first, written as JSON and markdown sections for docs/benchmarks.md, and
+gathered into one <output_dir>/report.md after every stage.
 
+- tests: the GPU test suite (tests/gpu: every command and GPU-only option on the GPU), from a checkout;
 - bench: the full-size step, ours vs transformers' BertForMaskedLM, compiled and eager (scripts/benchmark.py);
 - cram: a few minutes of real pretraining on the corpus shards at hand, validation curve and telemetry on;
 - glue: RTE, MRPC and STS-B on the cram stage's checkpoint, with the time per task.
@@ -13,23 +15,23 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Optional
 
 import torch
-from hydra import compose, initialize_config_dir
 
-from cramming import CONFIG_DIR
+from cramming.composition import compose_config
 from cramming.errors import CrammingError
 
 log = logging.getLogger(__name__)
-STAGES = ("bench", "cram", "glue")
+STAGES = ("tests", "bench", "cram", "glue")
 GLUE_TASKS = ["rte", "mrpc", "stsb"]
 
 
 @dataclass
 class GpuCheckConfig:
-    stage: str = "all"  # bench | cram | glue | all
+    stage: str = "all"  # tests | bench | cram | glue | all
     device: str = "cuda"  # cuda | cpu (a dry run with a tiny model: checks the wiring, measures nothing)
     output_dir: str = "outputs/gpu_check"
     data_files: Optional[str] = None  # corpus shards for the cram stage (a glob); null: the embedded corpus
@@ -39,7 +41,8 @@ class GpuCheckConfig:
 
 
 def run_gpu_check(cfg: GpuCheckConfig) -> dict:
-    """Run the stage(s); each writes <output_dir>/<stage>.json and .md. Returns {stage: result}."""
+    """Run the stage(s); each writes <output_dir>/<stage>.json and .md, then report.md holds every stage's
+    section so far. Returns {stage: result}; a failed GPU test is an error once the stages have run."""
     if cfg.stage not in (*STAGES, "all"):
         raise CrammingError(f"stage={cfg.stage!r} must be one of {', '.join(STAGES)}, all")
     if cfg.device not in ("cuda", "cpu"):
@@ -54,19 +57,33 @@ def run_gpu_check(cfg: GpuCheckConfig) -> dict:
     for stage in stages:
         log.info("gpu_check: stage %s", stage)
         started = time.perf_counter()
-        result = {"bench": _bench, "cram": _cram, "glue": _glue}[stage](cfg, out)
+        result = {"tests": _tests, "bench": _bench, "cram": _cram, "glue": _glue}[stage](cfg, out)
         result["stage_seconds"] = round(time.perf_counter() - started, 1)
         result["device"] = torch.cuda.get_device_name() if cfg.device == "cuda" else "cpu (dry run)"
         (out / f"{stage}.json").write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
         (out / f"{stage}.md").write_text(_markdown(stage, result))
-        log.info("gpu_check: wrote %s and .md", out / f"{stage}.json")
+        (out / "report.md").write_text(_report(out))
+        log.info("gpu_check: wrote %s and .md; report %s", out / f"{stage}.json", out / "report.md")
         results[stage] = result
+    failed = results.get("tests", {}).get("failed")
+    if failed:
+        raise CrammingError(f"gpu_check: {len(failed)} GPU test(s) failed ({', '.join(failed)}); see the tests stage "
+                            f"in {out / 'report.md'}")
     return results
 
 
-def _compose(config_name: str, overrides: list[str]):
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return compose(config_name, overrides=overrides)
+def _report(out: Path) -> str:
+    """One markdown report: the versions, then each stage's section that exists in output_dir, in order."""
+    sections = [(out / f"{stage}.md").read_text() for stage in STAGES if (out / f"{stage}.md").is_file()]
+    versions = ", ".join(f"{name} {version(name)}" for name in ("torch", "torchao", "transformers"))
+    header = f"## GPU check ({time.strftime('%Y-%m-%d')}): {versions}\n\n"
+    return header + "\n".join(sections)
+
+
+def _tests(cfg: GpuCheckConfig, out: Path) -> dict:
+    from cramming.bench.gpu_suite import run_gpu_suite
+
+    return run_gpu_suite(out / "tests.xml")
 
 
 def _bench(cfg: GpuCheckConfig, out: Path) -> dict:
@@ -81,7 +98,7 @@ def _bench(cfg: GpuCheckConfig, out: Path) -> dict:
     results = {}
     for mode in ("compiled", "eager") if cfg.device == "cuda" else ("eager",):  # no compiler in the dry run
         overrides = common + [f"benchmark.compile={mode == 'compiled'}"]
-        results[mode] = json.loads(run_benchmark(_compose("benchmark", overrides)).read_text())
+        results[mode] = json.loads(run_benchmark(compose_config("benchmark", overrides)).read_text())
     if cfg.device == "cuda":
         results["sdpa_backend"] = _sdpa_backend()
         results["peak_memory_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
@@ -111,7 +128,7 @@ def _cram(cfg: GpuCheckConfig, out: Path) -> dict:
     arch = ["arch=crammed-bert", "gpu=auto"] if cfg.device == "cuda" else ["arch=crammed-bert-tiny", "gpu=cpu"]
     overrides = [*data, *arch, f"budget={cfg.cram_minutes / 60}", "name=cram", f"output_dir={out}",
                  f"cache_dir={out / 'cache'}", "logging.progress=lines"]
-    run_dir = pretrain(_compose("pretrain", overrides))
+    run_dir = pretrain(compose_config("pretrain", overrides))
     summary = json.loads((run_dir / "summary.json").read_text())
     return {"run_dir": str(run_dir), "overrides": overrides, "summary": summary}
 
@@ -135,7 +152,13 @@ def _glue(cfg: GpuCheckConfig, out: Path) -> dict:
 
 def _markdown(stage: str, result: dict) -> str:
     lines = [f"### gpu_check stage={stage} on {result['device']} ({result['stage_seconds']} s)", ""]
-    if stage == "bench":
+    if stage == "tests" and not result["ran"]:
+        lines.append(f"- not run: {result['reason']}")
+    elif stage == "tests":
+        lines.append(f"- `pytest -m gpu tests/gpu`: {result['passed']} passed, {len(result['failed'])} failed, "
+                     f"{result['skipped']} skipped in {result['seconds']} s")
+        lines += [f"- failed: `{test}`" for test in result["failed"]]
+    elif stage == "bench":
         lines += ["| mode | ours tokens/s | ours MFU | HF tokens/s | HF MFU | ratio |", "|---|---|---|---|---|---|"]
         for mode in ("compiled", "eager"):
             if mode not in result:

@@ -11,7 +11,7 @@ import torch
 
 from cramming.data.mlm import synthetic_mlm_batch
 from cramming.model import ModelConfig, build_mlm_model
-from cramming.runtime import Precision, build_optimizer, prepare_device
+from cramming.runtime import Precision, build_optimizer, prepare_device, resolve_device
 
 
 class TimedStep:
@@ -69,7 +69,7 @@ def time_training(arch: ModelConfig, batch: int, vocab_size: int, seq_length: in
                   min_seconds: float = 0.0) -> Timing:
     """Tokens/s of the trainer's step (clipping at 0.5 included) over at least `min_steps` steps and
     `min_seconds` seconds, after `warmup_steps` more."""
-    device = torch.device(device)
+    device = resolve_device(device, "device")
     prepare_device(device)
     step = TimedStep(build_mlm_model(arch, vocab_size), synthetic_mlm_batch(batch, seq_length, vocab_size, mlm_rate),
                      Precision.resolve(precision, device, "precision"), device, grad_clip=0.5)

@@ -11,7 +11,7 @@ from cramming.errors import CrammingError
 from cramming.hardware import GpuProfile, check_profile, known_profiles, resolve_auto, warn_if_mismatched
 from cramming.data.checks import check_data_config
 from cramming.model.config import as_model_config
-from cramming.runtime import LR_SCHEDULES, Precision
+from cramming.runtime import LR_SCHEDULES, Precision, resolve_device
 from cramming.train.low_precision import check_low_precision
 from cramming.train.techniques import check_techniques
 from cramming.train.wandb_logger import check_wandb_config
@@ -41,7 +41,7 @@ def resolve_settings(cfg, local_rank: int) -> Settings:
     check_profile(profile)
     warn_if_mismatched(profile)
     impl = cfg.impl
-    device = torch.device("cuda", local_rank) if profile.device == "cuda" else torch.device("cpu")
+    device = resolve_device(f"cuda:{local_rank}" if profile.device == "cuda" else "cpu", "gpu.device")
     precision = Precision.resolve(impl.precision or profile.precision, device, "impl.precision")
     if device.type == "cpu" and precision.name != "fp32":
         raise CrammingError(f"impl.precision={precision.name} is for GPUs; the cpu profile trains in fp32")

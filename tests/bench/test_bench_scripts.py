@@ -2,6 +2,7 @@
 corpus preparation vs bare tokenizers encoding), or refuse in one line (2:4 sparse matmuls off a GPU)."""
 
 import gzip
+import os
 import re
 import subprocess
 import sys
@@ -59,8 +60,9 @@ def test_glue_speed_without_the_tsv_files_is_one_line(tmp_path):
 
 
 def test_the_sparse_matmul_benchmark_refuses_a_machine_without_sparse_tensor_cores():
+    no_gpu = os.environ | {"CUDA_VISIBLE_DEVICES": ""}  # the machine without a GPU, also on a GPU machine
     run = subprocess.run([sys.executable, "scripts/bench_sparse.py"], cwd=REPO_ROOT, capture_output=True, text=True,
-                         timeout=60)
+                         timeout=60, env=no_gpu)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip() == ("error: scripts/bench_sparse.py times torch.sparse's 2:4 kernels, which need an NVIDIA "
                                   "GPU of compute capability 8.0 or later (no CUDA GPU here)")

@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from cramming.errors import CrammingError
 from cramming.hardware import (
@@ -23,13 +24,19 @@ def test_every_required_profile_exists_and_is_consistent():
         assert profile.precision in ("bf16", "fp16", "fp32") and profile.microbatch_size > 0
 
 
-def test_auto_without_a_gpu_is_the_cpu_profile():
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """The machine without a GPU, on any machine (CI's has none; a GPU machine runs this suite too)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def test_auto_without_a_gpu_is_the_cpu_profile(no_gpu):
     profiles = known_profiles()
     assert resolve_auto(GpuProfile(name="auto"), profiles).name == "cpu"
     assert resolve_auto(profiles["a6000"], profiles).name == "a6000"  # only auto is resolved
 
 
-def test_a_gpu_profile_without_a_gpu_is_a_clear_error():
+def test_a_gpu_profile_without_a_gpu_is_a_clear_error(no_gpu):
     with pytest.raises(CrammingError, match="needs a CUDA GPU and none is available"):
         check_profile(known_profiles()["h100"])
 

@@ -172,7 +172,8 @@ def _markdown(stage: str, result: dict) -> str:
     elif stage == "cram":
         s = result["summary"]
         validation = s.get("validation") or {}
-        lines += [f"- steps {s['steps']}, tokens {s['tokens']:,}, {s['mean_tokens_per_s']} tokens/s, MFU {s['mean_mfu']}",
+        lines += [f"- steps {s['steps']}, tokens {s['tokens']:,}, {s['mean_tokens_per_s']} tokens/s (MFU {s['mean_mfu']}) with "
+                  f"compilation, {s['steady_tokens_per_s']} tokens/s (MFU {s['steady_mfu']}) at steady state",
                   f"- loss {s['final_loss']}, validation loss {validation.get('first_loss')} → "
                   f"{validation.get('final_loss')}, energy {s['energy_wh']} Wh, peak memory {s['peak_memory_gb']} GiB",
                   f"- overrides: `{' '.join(result['overrides'])}`"]

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from cramming.errors import CrammingError
+from cramming.train.speed_notices import log_speed_notices
 
 log = logging.getLogger("pretrain")
 
@@ -87,6 +88,7 @@ def check_on_device(cfg, device: torch.device, compiled: bool, precision: str, w
         elif precision == "fp16":
             raise CrammingError("impl.offload_optimizer=true does not combine with fp16 loss scaling (the gradients "
                                 "are copied to the CPU before they are unscaled): use impl.precision=bf16 or fp32")
+    log_speed_notices(cfg, device)
 
 
 # --- fp8 -------------------------------------------------------------------------------------------

@@ -81,6 +81,15 @@ def compile_seconds(first_steps: list[tuple[float, int]]) -> float | None:
     return max(seconds - microbatches * per_microbatch, 0.0)
 
 
+def steady_tokens_per_s(records: list[dict]) -> float | None:
+    """Tokens per second of training after the first record, on the budget clock: without the first
+    interval's compilation and warm-up (and, like the clock, without validation). None with fewer than two
+    records."""
+    if len(records) < 2 or records[-1]["elapsed"] <= records[0]["elapsed"]:
+        return None
+    return (records[-1]["tokens"] - records[0]["tokens"]) / (records[-1]["elapsed"] - records[0]["elapsed"])
+
+
 def peak_memory_gb(device: torch.device) -> float:
     """Peak memory of training: allocated on the GPU (since the last reset), resident set on the CPU."""
     if device.type == "cuda":
@@ -98,6 +107,8 @@ def build_summary(*, records: list[dict], stop_reason: str, progress: dict, budg
     tokens_per_s = progress["tokens"] / elapsed if elapsed > 0 else None
     mfu = model_flops_utilization(tokens_per_s, flops_per_token, peak_tflops) if tokens_per_s else None
     compiled = compile_seconds(first_steps)
+    steady = steady_tokens_per_s(records)
+    steady_mfu = model_flops_utilization(steady, flops_per_token, peak_tflops) if steady else None
     return {
         "stop_reason": stop_reason,  # budget | max_steps | early_stop | non-finite | interrupted | error
         "stop_detail": stop_detail,  # why, for early_stop
@@ -111,6 +122,8 @@ def build_summary(*, records: list[dict], stop_reason: str, progress: dict, budg
         "validation": validation_summary(records, held_out_rows, validation_s, wall_budget),
         "mean_tokens_per_s": round(tokens_per_s, 1) if tokens_per_s else None,
         "mean_mfu": round(mfu, 4) if mfu is not None else None,
+        "steady_tokens_per_s": round(steady, 1) if steady else None,  # after the first record: no compile
+        "steady_mfu": round(steady_mfu, 4) if steady_mfu is not None else None,
         "nonfinite_skipped": progress["nonfinite_total"],
         "training_s": round(elapsed, 3),  # on the budget clock, earlier runs of a resumed training included
         "compile_s": round(compiled, 3) if compiled is not None else None,  # estimate, this process only

@@ -24,3 +24,13 @@ def test_time_shares_leave_out_the_first_step():
     timing = {"steps": 3, "step_s": 8.0, "data_s": 1.0, "first_step_s": 5.0}  # 15 s of training this session
     assert time_shares(timing, 15.0) == {"step": 0.7, "data": 0.1, "around": 0.2, "seconds": 10.0}
     assert time_shares({**timing, "steps": 1}, 15.0) is None  # nothing after the first step
+
+
+def test_the_steady_rate_leaves_out_the_first_records_compilation():
+    from cramming.train.summary import steady_tokens_per_s
+
+    # the first record's interval held 40 s of compilation; after it, 1,000 tokens per clock second
+    records = [{"elapsed": 42.0, "tokens": 2_000}, {"elapsed": 44.0, "tokens": 4_000}, {"elapsed": 50.0, "tokens": 10_000}]
+    assert steady_tokens_per_s(records) == pytest.approx(1_000.0)
+    assert records[-1]["tokens"] / records[-1]["elapsed"] == pytest.approx(200.0)  # the mean, compilation included
+    assert steady_tokens_per_s(records[:1]) is None

@@ -20,6 +20,7 @@ from omegaconf import MISSING, OmegaConf
 from cramming.bench.inspect import compile_counts, operators_markdown, top_operators
 from cramming.bench.peak import measured_peak_tflops, model_gemm_shapes
 from cramming.bench.timing import TimedStep
+from cramming.bench.variants import check_variants, variant_step
 from cramming.data.mlm import synthetic_mlm_batch
 from cramming.data.tokenizer import SPECIAL_TOKENS
 from cramming.errors import CrammingError
@@ -45,6 +46,9 @@ class BenchmarkSettings:
     steps: int = 6  # measured steps per model
     peak_tflops: Optional[float] = None  # device peak for MFU; null: from the matching configs/gpu profile
     profile: bool = False  # also profile 2 steps of our model: the top operators by self time, and their share
+    # our step with one option on, each timed against the default in the same run (cramming.bench.variants):
+    # fp8 | adamw8bit | offload (CUDA) | activation-checkpointing
+    variants: list[str] = field(default_factory=list)
     seed: int = 0
     output_dir: str = "outputs/benchmark"
 
@@ -111,6 +115,14 @@ def summarize(label: str, step: TimedStep, times: list[float], tokens_per_step: 
     }
 
 
+def against_default(variant: dict, default: dict) -> dict:
+    """A variant's figures with its tokens/s and peak memory as ratios to the default step's."""
+    memory = (variant["peak_memory_gib"] / default["peak_memory_gib"]
+              if variant["peak_memory_gib"] and default["peak_memory_gib"] else None)
+    return {**variant, "tokens_per_s_vs_default": variant["tokens_per_s"] / default["tokens_per_s"],
+            "peak_memory_vs_default": memory}
+
+
 def device_peak_tflops(s: BenchmarkSettings, device: torch.device) -> tuple[Optional[float], str]:
     """The peak for MFU: benchmark.peak_tflops, else the half-precision tensor peak of a known GPU profile."""
     if s.peak_tflops is not None:
@@ -139,13 +151,15 @@ def markdown(result: dict) -> str:
         "| MFU (measured peak) |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for key in ("ours", "hf_bert"):
-        r = result[key]
+    for r in [result["ours"], result["hf_bert"], *result["variants"].values()]:
         memory = f"{r['peak_memory_gib']:.2f}" if r["peak_memory_gib"] is not None else "n/a (CPU)"
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "unknown peak"
         rows.append(f"| {r['model']} | {r['parameters'] / 1e6:.1f}M | {r['tokens_per_s']:.0f} "
                     f"| {r['step_time_s']:.3f} | {memory} | {r['flops_per_token'] / 1e9:.3f} | {mfu} "
                     f"| {100 * r['mfu_measured']:.1f}% |")
+    for name, r in result["variants"].items():
+        memory = f", peak memory {r['peak_memory_vs_default']:.2f}x" if r["peak_memory_vs_default"] else ""
+        rows.append(f"\nVariant {name}: {r['tokens_per_s_vs_default']:.2f}x the default's tokens/s{memory}.")
     rows += ["", f"Ratio (ours / BertForMaskedLM tokens/s): **{result['ratio']:.2f}x**. Measured peak: "
              f"{result['measured_peak_tflops']:.3f} TFLOP/s (the step's GEMM shapes in {s['dtype']}, weighted as the "
              "step runs them, best of 5).", ""]
@@ -171,6 +185,7 @@ def run_benchmark(cfg: BenchmarkConfig) -> Path:
     s.layers = arch.num_layers
     check_settings(s, arch)
     device = resolve_device(s.device, "benchmark.device")
+    check_variants(s.variants, device, s.compile, s.dtype)
     s.device = device.type
     prepare_device(device)  # no denormals on the CPU; TF32 for fp32 on a GPU, as any trainer there would use
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
@@ -183,11 +198,16 @@ def run_benchmark(cfg: BenchmarkConfig) -> Path:
     if s.compile:
         ours, theirs = torch.compile(ours, fullgraph=True), torch.compile(theirs)
     precision = Precision.resolve(s.dtype, device, "benchmark.dtype")
+    ours_label, hf_label = f"ours ({arch.name})", "transformers BertForMaskedLM"
     steps = {
-        f"ours ({arch.name})": TimedStep(ours, batch, precision, device, fused_adamw=s.fused_adamw),
-        "transformers BertForMaskedLM": TimedStep(theirs, {k: batch[k] for k in ("input_ids", "labels")},
-                                                  precision, device, fused_adamw=s.fused_adamw),
+        ours_label: TimedStep(ours, batch, precision, device, fused_adamw=s.fused_adamw),
+        hf_label: TimedStep(theirs, {k: batch[k] for k in ("input_ids", "labels")}, precision, device,
+                            fused_adamw=s.fused_adamw),
     }
+    for name in s.variants:
+        torch.manual_seed(s.seed)  # the default's initial weights
+        steps[f"ours + {name}"] = variant_step(name, arch, s.vocab_size, batch, precision, device, s.compile,
+                                               s.fused_adamw)
     times = {label: [] for label in steps}
     load_before = os.getloadavg()
     for i in range(s.warmup_steps):
@@ -211,7 +231,8 @@ def run_benchmark(cfg: BenchmarkConfig) -> Path:
     tokens_per_step = s.batch_size * s.seq_length
     flops = [training_flops_per_token(layout, s.vocab_size, s.seq_length, s.mlm_rate)
              for layout in (arch, bert_layout(arch))]
-    (ours_label, ours_step), (hf_label, hf_step) = steps.items()
+    summaries = {label: summarize(label, step, times[label], tokens_per_step, flops[label == hf_label],
+                                  peak_tflops, measured_peak) for label, step in steps.items()}
     result = {
         "command": " ".join(shlex.quote(a) for a in ["python", "scripts/benchmark.py", *sys.argv[1:]]),
         "device": device_name,
@@ -224,17 +245,18 @@ def run_benchmark(cfg: BenchmarkConfig) -> Path:
         "measured_peak_tflops": measured_peak,
         "compile": compiles,
         "top_operators_ours": operators,
-        "ours": summarize(ours_label, ours_step, times[ours_label], tokens_per_step, flops[0], peak_tflops,
-                          measured_peak),
-        "hf_bert": summarize(hf_label, hf_step, times[hf_label], tokens_per_step, flops[1], peak_tflops,
-                             measured_peak),
+        "ours": summaries[ours_label],
+        "hf_bert": summaries[hf_label],
+        "variants": {name: against_default(summaries[f"ours + {name}"], summaries[ours_label])
+                     for name in s.variants},
     }
     result["ratio"] = result["ours"]["tokens_per_s"] / result["hf_bert"]["tokens_per_s"]
 
     output_dir = Path(s.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     run = (f"{arch.name}-L{s.layers}-b{s.batch_size}x{s.seq_length}-mlm{s.mlm_rate}-{s.dtype}"
-           f"{'-compiled' if s.compile else ''}{'' if s.fused_adamw else '-foreach'}-{device.type}")
+           f"{'-compiled' if s.compile else ''}{'' if s.fused_adamw else '-foreach'}"
+           f"{''.join('-' + name for name in s.variants)}-{device.type}")
     (output_dir / f"{run}.json").write_text(json.dumps(result, indent=2) + "\n")
     table = markdown(result)
     (output_dir / f"{run}.md").write_text(table)

@@ -8,31 +8,43 @@ import time
 from dataclasses import dataclass
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from cramming.data.mlm import synthetic_mlm_batch
 from cramming.model import ModelConfig, build_mlm_model
 from cramming.runtime import Precision, build_optimizer, prepare_device, resolve_device
 
 
+def tensor_bytes(tensor: torch.Tensor) -> int:
+    """Bytes a tensor holds; for a wrapper subclass (torchao's 8-bit optimizer states), its inner tensors'."""
+    if is_traceable_wrapper_subclass(tensor):
+        names, _ = tensor.__tensor_flatten__()
+        return sum(tensor_bytes(getattr(tensor, name)) for name in names)
+    return tensor.numel() * tensor.element_size()
+
+
 class TimedStep:
     """One model with its optimizer on one batch; `step()` runs a full training step and times it."""
 
     def __init__(self, model: torch.nn.Module, batch: dict, precision: Precision, device: torch.device, *,
-                 grad_clip: float | None = None, fused_adamw: bool = True):
+                 grad_clip: float | None = None, fused_adamw: bool = True,
+                 optimizer: torch.optim.Optimizer | None = None):
+        """optimizer: None builds the recipe's AdamW over the model's parameters."""
         self.model = model.to(device).train()
         self.batch = {key: value.to(device) for key, value in batch.items()}
         self.precision, self.device, self.grad_clip = precision, device, grad_clip
-        self.optimizer = build_optimizer(self.model, lr=1e-3, betas=(0.9, 0.98), eps=1e-12, weight_decay=0.01,
-                                         fused=fused_adamw)
+        self.optimizer = optimizer or build_optimizer(self.model, lr=1e-3, betas=(0.9, 0.98), eps=1e-12,
+                                                      weight_decay=0.01, fused=fused_adamw)
         self.scaler = precision.grad_scaler()
         self.peak_bytes = 0  # on CUDA: this model's weights and optimizer state plus what its step allocates
 
     def resident_bytes(self) -> int:
-        """This model's weights and optimizer state (another model may share the device)."""
+        """This model's weights and optimizer state on its device (another model may share the device; an
+        offloaded optimizer keeps its state elsewhere)."""
         tensors = list(self.model.parameters())
-        for state in self.optimizer.state.values():
+        for state in getattr(self.optimizer, "state", {}).values():
             tensors += [t for t in state.values() if torch.is_tensor(t)]
-        return sum(t.numel() * t.element_size() for t in tensors)
+        return sum(tensor_bytes(t) for t in tensors if t.device == self.device)
 
     def step(self) -> float:
         """Seconds of one training step, measured to the end of its GPU work."""

@@ -1,9 +1,12 @@
 """scripts/benchmark.py end to end at toy size on the CPU: JSON and markdown written; bad settings give one line."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -15,7 +18,7 @@ def run(*overrides: str) -> subprocess.CompletedProcess:
 
 def test_benchmark_writes_results(tmp_path):
     settings = ("vocab_size=512", "steps=2", "warmup_steps=1", "batch_size=2", "device=cpu", f"output_dir={tmp_path}",
-                "profile=true")
+                "profile=true", "variants=[activation-checkpointing]")
     result = run(*(f"benchmark.{setting}" for setting in settings))
     assert result.returncode == 0, result.stderr
     [json_path] = tmp_path.glob("*.json")
@@ -36,6 +39,11 @@ def test_benchmark_writes_results(tmp_path):
     assert any(o["operator"] in ("aten::mm", "aten::addmm") for o in operators)
     assert report["compile"] is None  # nothing compiled, nothing to count
     assert "top operators" in json_path.with_suffix(".md").read_text()
+    variant = report["variants"]["activation-checkpointing"]  # timed interleaved with the default step
+    assert variant["model"] == "ours + activation-checkpointing" and len(variant["step_times_s"]) == 2
+    assert variant["tokens_per_s_vs_default"] == variant["tokens_per_s"] / report["ours"]["tokens_per_s"]
+    assert variant["peak_memory_vs_default"] is None  # measured on a GPU only
+    assert "Variant activation-checkpointing: " in json_path.with_suffix(".md").read_text()
 
 
 def test_compile_counts_see_a_recompilation():
@@ -59,3 +67,33 @@ def test_benchmark_rejects_bad_settings():
     assert result.returncode == 2
     last_line = result.stderr.strip().splitlines()[-1]
     assert last_line == "error: benchmark.dtype must be one of fp32, bf16, fp16, got 'fp8'"
+
+
+def test_a_variant_that_cannot_run_here_is_one_line():
+    result = run("benchmark.device=cpu", "benchmark.variants=[fp8]")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: benchmark.variants: impl.fp8=true needs an NVIDIA GPU of compute capability 8.9 or later (Ada, "
+        "Hopper); this run is on cpu")
+
+
+@pytest.mark.parametrize("variants, capability, compiled, dtype, words", [
+    (["adamw8bit"], None, False, "fp32", "benchmark.variants: adamw8bit needs a CUDA GPU; this benchmark runs on cpu"),
+    (["offload"], None, False, "fp32", "benchmark.variants: offload needs a CUDA GPU"),
+    (["lora"], None, False, "fp32", "benchmark.variants: 'lora' is unknown; choose from fp8, adamw8bit"),
+    (["fp8"], (8, 0), True, "bf16", "this one has 8.0"),  # an A100
+    (["fp8"], (9, 0), False, "bf16", "remove benchmark.compile=false"),
+    (["offload"], (9, 0), True, "fp16", "offload does not combine with fp16 loss scaling"),
+    (["fp8", "fp8"], (9, 0), True, "bf16", "names a variant twice"),
+])
+def test_variants_are_checked_before_anything_is_built(monkeypatch, variants, capability, compiled, dtype, words):
+    import torch
+
+    from cramming.bench.variants import check_variants
+    from cramming.errors import CrammingError
+
+    device = torch.device("cpu") if capability is None else torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: capability)
+    with pytest.raises(CrammingError, match=re.escape(words)):
+        check_variants(variants, device, compiled, dtype)
+    check_variants([], device, compiled, dtype)  # the default alone is always fine

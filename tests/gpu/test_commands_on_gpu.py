@@ -86,6 +86,19 @@ def test_the_benchmark_compiled_in_bf16(tmp_path):
     assert result["ours"]["tokens_per_s"] > 0 and result["compile"]["recompiles_after_warmup"] == 0
 
 
+def test_the_benchmark_times_every_gpu_option_against_the_default(tmp_path):
+    variants = ["fp8", "adamw8bit", "offload", "activation-checkpointing"]
+    run = run_script("scripts/benchmark.py", "arch=crammed-bert-tiny", "benchmark.dtype=bf16", "benchmark.compile=true",
+                     "benchmark.batch_size=32", "benchmark.steps=2", "benchmark.warmup_steps=2",
+                     f"benchmark.variants=[{','.join(variants)}]", f"benchmark.output_dir={tmp_path}")
+    assert run.returncode == 0, run.stderr[-3000:]
+    (result_file,) = tmp_path.glob("*.json")
+    result = json.loads(result_file.read_text())
+    assert list(result["variants"]) == variants
+    for figures in result["variants"].values():
+        assert figures["tokens_per_s_vs_default"] > 0 and figures["peak_memory_vs_default"] > 0
+
+
 def test_torchrun_with_one_process(tmp_path):
     torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1")
     run = run_script("pretrain.py", *TINY_GPU_RUN, *STEPS, f"output_dir={tmp_path}",

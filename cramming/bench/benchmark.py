@@ -17,6 +17,7 @@ import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from cramming.bench.host_sync import count_host_syncs
 from cramming.bench.inspect import compile_counts, operators_markdown, top_operators
 from cramming.bench.peak import measured_peak_tflops, model_gemm_shapes
 from cramming.bench.timing import TimedStep
@@ -31,6 +32,9 @@ from cramming.provenance import cpu_model
 from cramming.runtime import DTYPES, Precision, prepare_device, resolve_device
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
 @dataclass
 class BenchmarkSettings:
     layers: Optional[int] = None  # depth of both models; null keeps arch.num_layers
@@ -40,6 +44,9 @@ class BenchmarkSettings:
     mlm_rate: float = 0.15
     dtype: str = "fp32"  # fp32 | bf16 | fp16 (autocast; fp16 with loss scaling)
     compile: bool = False  # torch.compile both models (ours with fullgraph=True)
+    # with compile: default | reduce-overhead (CUDA graphs) | max-autotune (autotuned GEMMs and CUDA graphs, the
+    # reference implementation's GPU setting) | max-autotune-no-cudagraphs
+    compile_mode: str = "default"
     fused_adamw: bool = True  # torch's fused AdamW kernel for both models; false: the foreach implementation
     device: str = "auto"  # auto (cuda if available) | cpu | cuda
     warmup_steps: int = 2  # per model, not measured (includes compilation)
@@ -63,6 +70,10 @@ ConfigStore.instance().store(name="benchmark_schema", node=BenchmarkConfig)
 
 
 def check_settings(s: BenchmarkSettings, arch: ModelConfig) -> None:
+    if s.compile_mode not in COMPILE_MODES:
+        raise CrammingError(f"benchmark.compile_mode must be one of {', '.join(COMPILE_MODES)}, got {s.compile_mode!r}")
+    if s.compile_mode != "default" and not s.compile:
+        raise CrammingError(f"benchmark.compile_mode={s.compile_mode} needs benchmark.compile=true")
     if s.dtype not in DTYPES:
         raise CrammingError(f"benchmark.dtype must be one of {', '.join(DTYPES)}, got {s.dtype!r}")
     if s.device not in ("auto", "cpu", "cuda"):
@@ -100,7 +111,9 @@ def bert_layout(arch: ModelConfig) -> ModelConfig:
 
 
 def summarize(label: str, step: TimedStep, times: list[float], tokens_per_step: int, flops_per_token: float,
-              peak_tflops: Optional[float], measured_peak: float) -> dict:
+              executed_flops_per_token: float, peak_tflops: Optional[float], measured_peak: float) -> dict:
+    """flops_per_token: the analytic model count; executed_flops_per_token: FlopCounterMode's count of what
+    the step runs (attention, the sparse head), the figure MFU is usually quoted on."""
     tokens_per_s = tokens_per_step / statistics.median(times)
     return {
         "model": label,
@@ -112,6 +125,9 @@ def summarize(label: str, step: TimedStep, times: list[float], tokens_per_step: 
         "flops_per_token": flops_per_token,
         "mfu": model_flops_utilization(tokens_per_s, flops_per_token, peak_tflops),  # against the datasheet
         "mfu_measured": model_flops_utilization(tokens_per_s, flops_per_token, measured_peak),  # against this device
+        "executed_flops_per_token": executed_flops_per_token,
+        "mfu_executed": model_flops_utilization(tokens_per_s, executed_flops_per_token, peak_tflops),
+        "mfu_executed_measured": model_flops_utilization(tokens_per_s, executed_flops_per_token, measured_peak),
     }
 
 
@@ -143,26 +159,31 @@ def markdown(result: dict) -> str:
     s = result["settings"]
     rows = [
         f"{s['layers']} layers, batch {s['batch_size']} x {s['seq_length']}, vocab {s['vocab_size']}, "
-        f"MLM rate {s['mlm_rate']}, {s['dtype']}, compile {'on' if s['compile'] else 'off'}, "
+        f"MLM rate {s['mlm_rate']}, {s['dtype']}, compile {s['compile_mode'] if s['compile'] else 'off'}, "
         f"{'fused' if s['fused_adamw'] else 'foreach'} AdamW, "
         f"{result['device']}; median of {s['steps']} interleaved steps each.",
         "",
         "| model | parameters | tokens/s | step time (s) | peak memory (GiB) | model GFLOP/token | MFU (datasheet) "
-        "| MFU (measured peak) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| MFU (measured peak) | executed GFLOP/token | executed MFU (datasheet) | executed MFU (measured peak) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in [result["ours"], result["hf_bert"], *result["variants"].values()]:
         memory = f"{r['peak_memory_gib']:.2f}" if r["peak_memory_gib"] is not None else "n/a (CPU)"
-        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "unknown peak"
+        mfu, executed = (f"{100 * r[key]:.1f}%" if r[key] is not None else "unknown peak"
+                         for key in ("mfu", "mfu_executed"))
         rows.append(f"| {r['model']} | {r['parameters'] / 1e6:.1f}M | {r['tokens_per_s']:.0f} "
                     f"| {r['step_time_s']:.3f} | {memory} | {r['flops_per_token'] / 1e9:.3f} | {mfu} "
-                    f"| {100 * r['mfu_measured']:.1f}% |")
+                    f"| {100 * r['mfu_measured']:.1f}% | {r['executed_flops_per_token'] / 1e9:.3f} | {executed} "
+                    f"| {100 * r['mfu_executed_measured']:.1f}% |")
     for name, r in result["variants"].items():
         memory = f", peak memory {r['peak_memory_vs_default']:.2f}x" if r["peak_memory_vs_default"] else ""
         rows.append(f"\nVariant {name}: {r['tokens_per_s_vs_default']:.2f}x the default's tokens/s{memory}.")
     rows += ["", f"Ratio (ours / BertForMaskedLM tokens/s): **{result['ratio']:.2f}x**. Measured peak: "
              f"{result['measured_peak_tflops']:.3f} TFLOP/s (the step's GEMM shapes in {s['dtype']}, weighted as the "
              "step runs them, best of 5).", ""]
+    syncs = result["host_syncs_per_step_ours"]
+    rows += [f"Host syncs in one step of ours: {syncs if syncs is not None else 'not counted (compiled, on the CPU)'}.",
+             ""]
     if result["compile"] is not None:
         c = result["compile"]
         rows += [f"torch.compile (both models): {c['graphs_compiled']} graphs compiled in warm-up, "
@@ -196,7 +217,8 @@ def run_benchmark(cfg: BenchmarkConfig) -> Path:
     batch = synthetic_mlm_batch(s.batch_size, s.seq_length, s.vocab_size, s.mlm_rate, s.seed)
     ours, theirs = build_mlm_model(arch, s.vocab_size), hf_bert(arch, s.vocab_size, s.seq_length)
     if s.compile:
-        ours, theirs = torch.compile(ours, fullgraph=True), torch.compile(theirs)
+        ours = torch.compile(ours, fullgraph=True, mode=s.compile_mode)
+        theirs = torch.compile(theirs, mode=s.compile_mode)
     precision = Precision.resolve(s.dtype, device, "benchmark.dtype")
     ours_label, hf_label = f"ours ({arch.name})", "transformers BertForMaskedLM"
     steps = {
@@ -206,8 +228,8 @@ def run_benchmark(cfg: BenchmarkConfig) -> Path:
     }
     for name in s.variants:
         torch.manual_seed(s.seed)  # the default's initial weights
-        steps[f"ours + {name}"] = variant_step(name, arch, s.vocab_size, batch, precision, device, s.compile,
-                                               s.fused_adamw)
+        steps[f"ours + {name}"] = variant_step(name, arch, s.vocab_size, batch, precision, device,
+                                               s.compile_mode if s.compile else None, s.fused_adamw)
     times = {label: [] for label in steps}
     load_before = os.getloadavg()
     for i in range(s.warmup_steps):
@@ -224,6 +246,11 @@ def run_benchmark(cfg: BenchmarkConfig) -> Path:
                     - after_warmup["graphs_compiled"]}
         print(f"torch.compile: {compiles}", flush=True)
     operators = top_operators(next(iter(steps.values())).step, device) if s.profile else None
+    # a compiled graph's kernels hide their operators from the CPU counter: count eager runs or on the GPU
+    host_syncs = count_host_syncs(steps[ours_label].run, device) if device.type == "cuda" or not s.compile else None
+    print(f"host syncs in one step of ours: {host_syncs if host_syncs is not None else 'not counted (compiled, CPU)'}",
+          flush=True)
+    executed = {label: steps[label].executed_flops() / (s.batch_size * s.seq_length) for label in (ours_label, hf_label)}
 
     shapes = model_gemm_shapes(arch, s.batch_size, s.seq_length, s.vocab_size, s.mlm_rate)
     measured_peak = measured_peak_tflops(shapes, s.dtype, device)
@@ -232,7 +259,8 @@ def run_benchmark(cfg: BenchmarkConfig) -> Path:
     flops = [training_flops_per_token(layout, s.vocab_size, s.seq_length, s.mlm_rate)
              for layout in (arch, bert_layout(arch))]
     summaries = {label: summarize(label, step, times[label], tokens_per_step, flops[label == hf_label],
-                                  peak_tflops, measured_peak) for label, step in steps.items()}
+                                  executed[hf_label if label == hf_label else ours_label], peak_tflops, measured_peak)
+                 for label, step in steps.items()}
     result = {
         "command": " ".join(shlex.quote(a) for a in ["python", "scripts/benchmark.py", *sys.argv[1:]]),
         "device": device_name,
@@ -244,6 +272,7 @@ def run_benchmark(cfg: BenchmarkConfig) -> Path:
         "arch": asdict(arch),
         "measured_peak_tflops": measured_peak,
         "compile": compiles,
+        "host_syncs_per_step_ours": host_syncs,
         "top_operators_ours": operators,
         "ours": summaries[ours_label],
         "hf_bert": summaries[hf_label],

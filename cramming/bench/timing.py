@@ -46,14 +46,8 @@ class TimedStep:
             tensors += [t for t in state.values() if torch.is_tensor(t)]
         return sum(tensor_bytes(t) for t in tensors if t.device == self.device)
 
-    def step(self) -> float:
-        """Seconds of one training step, measured to the end of its GPU work."""
-        cuda = self.device.type == "cuda"
-        if cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            before, resident = torch.cuda.memory_allocated(), self.resident_bytes()
-        started = time.perf_counter()
+    def run(self) -> None:
+        """One training step, untimed: forward, backward, (clipping,) the optimizer."""
         with self.precision.autocast():
             loss = self.model(**self.batch).loss
         self.scaler.scale(loss).backward()
@@ -63,6 +57,29 @@ class TimedStep:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
+
+    def executed_flops(self) -> float:
+        """FLOPs one forward and backward pass executes, counted by torch's FlopCounterMode on the eager
+        model (attention, the sparse head: what really runs; the optimizer's elementwise work not)."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        model = getattr(self.model, "_orig_mod", self.model)  # the counter sees eager operators only
+        with FlopCounterMode(display=False) as counter:
+            with self.precision.autocast():
+                loss = model(**self.batch).loss
+            loss.backward()
+        model.zero_grad(set_to_none=True)
+        return float(counter.get_total_flops())
+
+    def step(self) -> float:
+        """Seconds of one training step, measured to the end of its GPU work."""
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            before, resident = torch.cuda.memory_allocated(), self.resident_bytes()
+        started = time.perf_counter()
+        self.run()
         if cuda:
             torch.cuda.synchronize()
             self.peak_bytes = max(self.peak_bytes, resident + torch.cuda.max_memory_allocated() - before)

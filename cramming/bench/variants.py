@@ -47,8 +47,9 @@ def check_variants(variants: list[str], device: torch.device, compiled: bool, dt
 
 
 def variant_step(name: str, arch: ModelConfig, vocab_size: int, batch: dict, precision: Precision,
-                 device: torch.device, compiled: bool, fused_adamw: bool) -> TimedStep:
-    """Our model and optimizer with the variant switched on, as pretraining builds them."""
+                 device: torch.device, compile_mode: str | None, fused_adamw: bool) -> TimedStep:
+    """Our model and optimizer with the variant switched on, as pretraining builds them; compile_mode None:
+    eager."""
     from cramming.train.activation_checkpointing import checkpoint_activations
     from cramming.train.low_precision import convert_to_fp8, offload
     from cramming.train.optimizers import build_pretraining_optimizer, optimizer_defaults
@@ -58,8 +59,8 @@ def variant_step(name: str, arch: ModelConfig, vocab_size: int, batch: dict, pre
         checkpoint_activations(model)
     if name == "fp8":
         convert_to_fp8(model)
-    if compiled:
-        model = torch.compile(model, fullgraph=True)
+    if compile_mode is not None:
+        model = torch.compile(model, fullgraph=True, mode=compile_mode)
     optimizer = None
     if name == "adamw8bit":
         optim = OmegaConf.create({**optimizer_defaults("adamw8bit"), "decay_embeddings": True})

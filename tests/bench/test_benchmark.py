@@ -38,6 +38,11 @@ def test_benchmark_writes_results(tmp_path):
     assert 0 < len(operators) <= 15 and 0.5 < sum(o["share"] for o in operators) <= 1.0 + 1e-9
     assert any(o["operator"] in ("aten::mm", "aten::addmm") for o in operators)
     assert report["compile"] is None  # nothing compiled, nothing to count
+    assert report["host_syncs_per_step_ours"] == 0  # counted on the eager step: no .item(), nonzero, masks
+    for model in ("ours", "hf_bert"):  # FlopCounterMode's count of what the step ran, and its MFU
+        executed = report[model]["executed_flops_per_token"]
+        assert 0 < executed and report[model]["mfu_executed_measured"] == pytest.approx(
+            report[model]["tokens_per_s"] * executed / (report["measured_peak_tflops"] * 1e12))
     assert "top operators" in json_path.with_suffix(".md").read_text()
     variant = report["variants"]["activation-checkpointing"]  # timed interleaved with the default step
     assert variant["model"] == "ours + activation-checkpointing" and len(variant["step_times_s"]) == 2
@@ -62,11 +67,17 @@ def test_compile_counts_see_a_recompilation():
     assert compile_counts()["graphs_compiled"] == before + 2
 
 
-def test_benchmark_rejects_bad_settings():
-    result = run("benchmark.dtype=fp8")
-    assert result.returncode == 2
-    last_line = result.stderr.strip().splitlines()[-1]
-    assert last_line == "error: benchmark.dtype must be one of fp32, bf16, fp16, got 'fp8'"
+@pytest.mark.parametrize("overrides, message", [
+    (["benchmark.dtype=fp8"], "error: benchmark.dtype must be one of fp32, bf16, fp16, got 'fp8'"),
+    (["benchmark.compile_mode=max-autotune"], "error: benchmark.compile_mode=max-autotune needs benchmark.compile=true"),
+    (["benchmark.compile=true", "benchmark.compile_mode=fast"],
+     "error: benchmark.compile_mode must be one of default, reduce-overhead, max-autotune, "
+     "max-autotune-no-cudagraphs, got 'fast'"),
+])
+def test_benchmark_rejects_bad_settings(overrides, message):
+    result = run(*overrides)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == message
 
 
 def test_a_variant_that_cannot_run_here_is_one_line():

@@ -34,13 +34,23 @@ def one_h100(monkeypatch):
         torch.cuda._utils._get_device_index(device)  # torch's own check: raises for an index-less device
         raise ReachedTheGpu
 
+    def query(answer):
+        """A device query that records the device it was asked about (none: the current one)."""
+        def ask(device=None):
+            asked.append(device)
+            return answer
+        return ask
+
+    asked = []
     properties = SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=80 * 2**30, major=9, minor=0)
     for name, value in {"is_available": lambda: True, "device_count": lambda: 1, "current_device": lambda: 0,
                         "set_device": set_device, "is_bf16_supported": lambda *a, **k: True,
-                        "get_device_name": lambda *a: properties.name, "get_device_capability": lambda *a: (9, 0),
-                        "get_device_properties": lambda *a: properties}.items():
+                        "get_device_name": query(properties.name), "get_device_capability": query((9, 0)),
+                        "get_device_properties": query(properties)}.items():
         monkeypatch.setattr(torch.cuda, name, value)
     yield received
+    # every query that named a device named it with its index
+    assert all(device is None or isinstance(device, int) or device.index is not None for device in asked), asked
     GlobalHydra.instance().clear()  # the command stopped inside its Hydra app
 
 
@@ -82,9 +92,11 @@ def test_the_calculators_fit_hands_set_device_an_index(one_h100, tmp_path, monke
     assert one_h100 == [0]
 
 
-def test_pretraining_hands_set_device_its_local_rank(one_h100, tmp_path, monkeypatch):
+@pytest.mark.parametrize("options", [[], ["impl.fp8=true", "train.sparsity.method=semi-structured-2:4"]])
+def test_pretraining_hands_set_device_its_local_rank(one_h100, tmp_path, monkeypatch, options):
+    """With the GPU-only options on, their capability queries run first, on the same indexed device."""
     run_until_the_gpu(pretrain, tmp_path, monkeypatch, "data=embedded", "arch=crammed-bert-tiny", "gpu=auto",
-                      f"output_dir={tmp_path}", f"cache_dir={tmp_path / 'cache'}")
+                      f"output_dir={tmp_path}", f"cache_dir={tmp_path / 'cache'}", *options)
     assert one_h100 == [0]
 
 

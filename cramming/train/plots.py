@@ -6,8 +6,10 @@ works on a headless machine and from any thread.
 
 from pathlib import Path
 
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter
 
 from cramming.errors import CrammingError
 from cramming.train.summary import read_records
@@ -29,6 +31,19 @@ def _time_axis(records: list[dict]) -> tuple[list[float], str]:
     return [r["elapsed"] / scale for r in records], f"training time ({unit})"
 
 
+def _label_x(axes: Axes, x_label: str) -> None:
+    """The x label; token counts as 200k, 1.5M, 2G (full numbers up to a million ran into each other)."""
+    axes.set_xlabel(x_label)
+    if x_label == "tokens":
+        axes.xaxis.set_major_formatter(EngFormatter(sep=""))
+
+
+def _marker(points: int, of: int) -> str | None:
+    """A marker where a line alone would not show: a series of a point or two, or a sparse one (the
+    validation curve's few points)."""
+    return "o" if points <= 2 or points < of / 2 else None
+
+
 def _save(panels: list[tuple], path: Path, title: str) -> Path:
     """Draw one figure of panels, two to a row, each (x, x label, y, y label); y is one series or a dict of
     labelled series (a legend is drawn); None values are skipped."""
@@ -41,12 +56,11 @@ def _save(panels: list[tuple], path: Path, title: str) -> Path:
     for axes, (x, x_label, y, y_label) in zip(grid, panels):
         for label, series in (y.items() if isinstance(y, dict) else [(None, y)]):
             points = [(a, b) for a, b in zip(x, series) if b is not None]
-            sparse = len(points) < len(x) / 2  # e.g. the validation curve: mark its few points
             axes.plot([a for a, _ in points], [b for _, b in points], linewidth=1.2, label=label,
-                      marker="o" if sparse else None)
+                      marker=_marker(len(points), len(x)))
         if isinstance(y, dict):
             axes.legend()
-        axes.set_xlabel(x_label)
+        _label_x(axes, x_label)
         axes.set_ylabel(y_label)
         axes.grid(alpha=0.3)
     figure.suptitle(title)
@@ -101,6 +115,13 @@ def plot_comparison(run_dirs: list[Path], path: Path, labels: list[str] | None =
         if not records:
             raise CrammingError(f"{run_dir}: no metrics.jsonl records; is it a pretraining run directory?")
         runs.append((labels[index] if labels else f"{run_dir.parent.name}/{run_dir.name}", records))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    comparison_figure(runs).savefig(path, dpi=100)
+    return path
+
+
+def comparison_figure(runs: list[tuple[str, list[dict]]]) -> Figure:
+    """The overlay of (label, records) runs: loss against training time and against tokens."""
     scale, unit = _time_unit(max(records[-1]["elapsed"] for _, records in runs))
     by_time = [([r["elapsed"] / scale for r in records], label, records) for label, records in runs]
     by_tokens = [([r["tokens"] for r in records], label, records) for label, records in runs]
@@ -108,12 +129,10 @@ def plot_comparison(run_dirs: list[Path], path: Path, labels: list[str] | None =
     FigureCanvasAgg(figure)
     for axes, curves, x_label in zip(figure.subplots(1, 2), (by_time, by_tokens), (f"training time ({unit})", "tokens")):
         for x, label, records in curves:
-            axes.plot(x, [r["loss"] for r in records], label=label, linewidth=1.2)
-        axes.set_xlabel(x_label)
+            axes.plot(x, [r["loss"] for r in records], label=label, linewidth=1.2, marker=_marker(len(x), len(x)))
+        _label_x(axes, x_label)
         axes.set_ylabel("MLM loss")
         axes.grid(alpha=0.3)
         axes.legend(fontsize=8)
     figure.suptitle(f"{len(runs)} runs")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    return path
+    return figure

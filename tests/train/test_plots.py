@@ -20,3 +20,22 @@ def test_a_gpu_runs_plots_include_mfu_and_the_gpu_panels(tmp_path):
     assert sizes == {"loss": (400, 1100), "schedules": (400, 1100), "throughput": (400, 1100),
                      "hardware": (800, 1100)}
 
+
+
+def test_token_labels_do_not_run_together_and_a_one_record_run_is_drawn():
+    """The quick start's token counts (up to a million) were printed in full and ran into each other; a run
+    with a single record was an invisible line of one point in the ablation overlay."""
+    from cramming.train.plots import comparison_figure
+
+    long_run = [{"elapsed": 7.2 * step, "tokens": 90_000 * step, "loss": 9.0 - step / 10} for step in range(1, 11)]
+    short_run = [{"elapsed": 7.0, "tokens": 400_000, "loss": 8.5}]
+    figure = comparison_figure([("long", long_run), ("one record", short_run)])
+    figure.canvas.draw()
+    by_time, by_tokens = figure.axes
+    labels = [label for label in by_tokens.get_xticklabels() if label.get_text()]
+    assert any(label.get_text() == "400k" for label in labels)
+    boxes = [label.get_window_extent() for label in labels]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    for axes in (by_time, by_tokens):
+        (_, single) = axes.get_lines()
+        assert len(single.get_xdata()) == 1 and single.get_marker() == "o"

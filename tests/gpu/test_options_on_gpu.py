@@ -45,7 +45,7 @@ def test_divergence_stops_in_one_line_without_a_bad_checkpoint(tmp_path, precisi
 
 def test_the_export_gives_our_logits_on_cuda(tmp_path):
     texts = [f"the number {i} is written here in a sentence of words." for i in range(200)]
-    checkpoint = make_checkpoint(tmp_path / "ckpt", texts, vocab_size=300)
+    checkpoint = make_checkpoint(tmp_path / "ckpt", texts, vocab_size=200)
     export_to_transformers(checkpoint, tmp_path / "hf")
     ours, tokenizer = load_pretrained(checkpoint)
     ours = ours.cuda().eval()

@@ -13,8 +13,12 @@ from cramming.train.config import PretrainConfig  # registers the config schemas
 
 @hydra_command("pretrain", PretrainConfig, directories=("output_dir", "cache_dir"))
 def main(cfg: PretrainConfig) -> None:
+    from cramming.threads import set_cpu_threads
+    from cramming.train.settings import device_type
     from cramming.train.trainer import pretrain
 
+    if device_type(cfg) == "cpu":
+        set_cpu_threads()
     if job_dir := sweep_job_dir():  # a multirun job's run lives in the job's numbered directory
         cfg.output_dir = job_dir
     pretrain(cfg)

@@ -66,7 +66,7 @@ def test_bad_overrides_end_in_one_line_under_every_flag(arguments, message):
 
 
 @pytest.mark.slow
-def test_multirun_runs_each_job_in_its_own_numbered_directory(tmp_path, cache_dir):
+def test_multirun_runs_each_job_in_its_own_numbered_directory_and_ablate_tables_it(tmp_path, cache_dir):
     run = command("pretrain", "--config-name", "quickstart", "-m", "budget=0.0003,0.0004", f"output_dir={tmp_path}",
                   cwd=tmp_path, timeout=300)
     assert run.returncode == 0, run.stderr
@@ -76,3 +76,19 @@ def test_multirun_runs_each_job_in_its_own_numbered_directory(tmp_path, cache_di
         (run_dir,) = (sweep / job / "quickstart").iterdir()
         assert (run_dir / "summary.json").is_file() and (run_dir / "checkpoints" / "final").is_dir()
         assert f"budget: {budget}" in (run_dir / "config.yaml").read_text()
+    table = command("ablate", f"multirun={sweep}", cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert f"Sweep `multirun {sweep.name}`; every run: `--config-name quickstart`." in table.stdout
+    assert "| budget=0.0003 | `budget=0.0003` |" in table.stdout and "| budget=0.0004 | `budget=0.0004` |" in table.stdout
+    assert (sweep / "ablations.md").is_file() and (sweep / "loss_overlay.png").is_file()
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ([], "error: You must specify 'sweep', e.g, sweep=<OPTION>, or multirun=<a pretrain.py -m directory>"),
+    (["sweep=smoke", "multirun=."], "error: sweep=<name> runs a sweep, multirun=<directory> tables a finished one"),
+    (["multirun=."], "error: multirun=.: no multirun.yaml"),
+])
+def test_ablate_needs_a_sweep_or_a_multirun_directory(tmp_path, arguments, message):
+    run = command("ablate", *arguments, f"output_dir={tmp_path}", cwd=tmp_path)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith(message), run.stderr

@@ -37,9 +37,10 @@ def set_cpu_threads() -> int:
     if os.environ.get("OMP_NUM_THREADS"):
         threads, reason = torch.get_num_threads(), "OMP_NUM_THREADS"
     else:
-        ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        threads = max(1, usable_cores() // ranks)
+        cores, ranks = usable_cores(), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        threads = max(1, cores // ranks)
         torch.set_num_threads(threads)
-        reason = f"{usable_cores()} usable core(s){f' / {ranks} ranks' if ranks > 1 else ''}; OMP_NUM_THREADS=<n> sets it"
+        shared = f" / {ranks} ranks" if ranks > 1 else ""
+        reason = f"{cores} usable core(s){shared}; OMP_NUM_THREADS=<n> sets it"
     log.info("cpu: %d torch thread%s (%s)", threads, "" if threads == 1 else "s", reason)
     return threads

@@ -143,7 +143,8 @@ def _report_head(key: str, saved_labels: int, num_labels: int, resized: list[str
     labels = f"{num_labels} label{'s' if num_labels > 1 else ''}"
     parts = []
     if resized:
-        parts.append(f"the checkpoint's {saved_labels}-label head re-initialised for {labels}: {', '.join(sorted(resized))}")
+        head = ", ".join(sorted(resized))
+        parts.append(f"the checkpoint's {saved_labels}-label head re-initialised for {labels}: {head}")
     if info["missing_keys"]:
         parts.append(f"new for {labels}: {', '.join(sorted(info['missing_keys']))}")
     if info["unexpected_keys"]:

@@ -92,3 +92,9 @@ def test_ablate_needs_a_sweep_or_a_multirun_directory(tmp_path, arguments, messa
     run = command("ablate", *arguments, f"output_dir={tmp_path}", cwd=tmp_path)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1].startswith(message), run.stderr
+
+
+def test_a_job_that_fails_stops_the_sweep_with_one_line(tmp_path):
+    run = command("eval_glue", "-m", "ckpt=/nope1,/nope2", f"output_dir={tmp_path}", cwd=tmp_path)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1] == "error: ckpt=/nope1: no such directory"

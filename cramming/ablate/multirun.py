@@ -5,11 +5,10 @@ directory's. Hydra's own sweeper lists the jobs again from the sweep's multirun.
 from pathlib import Path
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from cramming.ablate.sweep import SweepConfig, report
-from cramming.cli.arguments import parse_override
-from cramming.cli.overrides import key_of
+from cramming.ablate.sweep import SweepConfig, report, setting
 from cramming.errors import CrammingError
 
 
@@ -26,14 +25,14 @@ def read_multirun(directory: Path) -> tuple[SweepConfig, dict[str, Path]]:
         raise CrammingError(f"multirun={directory}: no multirun.yaml; name the directory `pretrain.py -m` printed "
                             "(<output_dir>/multirun/<time>)")
     hydra = OmegaConf.load(record).hydra
-    parsed = [parse_override(override) for override in hydra.overrides.task]
+    parsed = OverridesParser.create().parse_overrides(list(hydra.overrides.task))  # Hydra parsed them before
     shared = [o.input_line for o in parsed if not o.is_sweep_override() and o.key_or_group != "output_dir"]
     swept = {o.key_or_group for o in parsed if o.is_sweep_override()}
     jobs = [job for batch in BasicSweeper.split_arguments(parsed, max_batch_size=None) for job in batch]
     base = ([f"--config-name {hydra.job.config_name}"] if hydra.job.config_name != "pretrain" else []) + shared
     runs, run_dirs = {}, {}
     for number, job in enumerate(jobs):
-        overrides = [o for o in job if key_of(o) in swept]
+        overrides = [o for o in job if setting(o) in swept]
         label = " ".join(overrides)
         runs[label], run_dirs[label] = overrides, _finished_run(directory / str(number), label)
     return SweepConfig(base=base, runs=runs), run_dirs

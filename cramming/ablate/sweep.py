@@ -20,7 +20,6 @@ from hydra.errors import HydraException
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from cramming.cli.overrides import key_of
 from cramming.errors import CrammingError
 from cramming.train.config import PretrainConfig  # noqa: F401  (registers the pretraining schemas)
 from cramming.train.plots import plot_comparison
@@ -48,12 +47,17 @@ class AblateConfig:
 ConfigStore.instance().store(name="ablate_schema", node=AblateConfig)
 
 
+def setting(override: str) -> str:
+    """The key an override sets: `budget` of `budget=2`, `+budget=2` and `~budget`."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
 def check_sweep(name: str, sweep: SweepConfig) -> None:
     if not sweep.runs:
         raise CrammingError(f"sweep={name}: configs/sweep/{name}.yaml needs `runs:`, a mapping of labels to "
                             "override lists")
     for label, overrides in sweep.runs.items():
-        budget = [o for o in overrides if key_of(o) == "budget"]
+        budget = [o for o in overrides if setting(o) == "budget"]
         if budget:  # the point of a sweep is the equal budget
             raise CrammingError(f"sweep={name}: run {label} sets {budget[0]}; the budget belongs in `base`, "
                                 "the same for every run")
@@ -116,7 +120,7 @@ def write_table(name: str, sweep: SweepConfig, run_dirs: dict[str, Path], path: 
     steps, and the GLUE score when the runs were scored (`eval=glue` in the sweep or its overrides)."""
     summaries = {label: json.loads((run_dir / "summary.json").read_text()) for label, run_dir in run_dirs.items()}
     glue = any("glue_score" in facts for facts in summaries.values())
-    equal = not any(key_of(o) == "budget" for overrides in sweep.runs.values() for o in overrides)
+    equal = not any(setting(o) == "budget" for overrides in sweep.runs.values() for o in overrides)
     rows = [f"Sweep `{name}`{', equal budget' if equal else ''}; every run: `{' '.join(sweep.base)}`.", "",
             "| option | overrides | final MLM loss (smoothed) | validation MLM loss | tokens/s | peak memory (GB) "
             f"| steps | stopped |{' GLUE |' if glue else ''}",

@@ -39,11 +39,17 @@ class SweepConfig:
 @dataclass
 class AblateConfig:
     sweep: SweepConfig = MISSING  # sweep=<name> picks configs/sweep/<name>.yaml (smoke, optimizers, schedules)
-    output_dir: Optional[str] = None  # null: outputs/ablations/<sweep name>
+    multirun: Optional[str] = None  # instead of sweep=: a finished `pretrain.py -m` directory, tabled, not rerun
+    output_dir: Optional[str] = None  # null: outputs/ablations/<sweep name>, or the multirun directory
     overrides: list[str] = field(default_factory=list)  # added to every run, after the sweep's base
 
 
 ConfigStore.instance().store(name="ablate_schema", node=AblateConfig)
+
+
+def setting(override: str) -> str:
+    """The key an override sets: `budget` of `budget=2`, `+budget=2` and `~budget`."""
+    return override.split("=", 1)[0].lstrip("+~")
 
 
 def check_sweep(name: str, sweep: SweepConfig) -> None:
@@ -51,7 +57,7 @@ def check_sweep(name: str, sweep: SweepConfig) -> None:
         raise CrammingError(f"sweep={name}: configs/sweep/{name}.yaml needs `runs:`, a mapping of labels to "
                             "override lists")
     for label, overrides in sweep.runs.items():
-        budget = [o for o in overrides if o.lstrip("+~").startswith("budget=")]
+        budget = [o for o in overrides if setting(o) == "budget"]
         if budget:  # the point of a sweep is the equal budget
             raise CrammingError(f"sweep={name}: run {label} sets {budget[0]}; the budget belongs in `base`, "
                                 "the same for every run")
@@ -87,6 +93,11 @@ def run_sweep(cfg: AblateConfig) -> Path:
         log.info("[%d/%d] %s: %s%s", number, len(planned), label, " ".join(sweep.runs[label]) or "(the base)",
                  " (resuming)" if plan.resume else "")
         run_dirs[label] = pretrain(plan)
+    return report(name, sweep, run_dirs, out)
+
+
+def report(name: str, sweep: SweepConfig, run_dirs: dict[str, Path], out: Path) -> Path:
+    """<out>/ablations.md and loss_overlay.png, and the table on the console."""
     table = write_table(name, sweep, run_dirs, out / "ablations.md")
     plot = plot_comparison(list(run_dirs.values()), out / "loss_overlay.png", labels=list(run_dirs))
     print("\n" + table)
@@ -109,7 +120,8 @@ def write_table(name: str, sweep: SweepConfig, run_dirs: dict[str, Path], path: 
     steps, and the GLUE score when the runs were scored (`eval=glue` in the sweep or its overrides)."""
     summaries = {label: json.loads((run_dir / "summary.json").read_text()) for label, run_dir in run_dirs.items()}
     glue = any("glue_score" in facts for facts in summaries.values())
-    rows = [f"Sweep `{name}`, equal budget; every run: `{' '.join(sweep.base)}`.", "",
+    equal = not any(setting(o) == "budget" for overrides in sweep.runs.values() for o in overrides)
+    rows = [f"Sweep `{name}`{', equal budget' if equal else ''}; every run: `{' '.join(sweep.base)}`.", "",
             "| option | overrides | final MLM loss (smoothed) | validation MLM loss | tokens/s | peak memory (GB) "
             f"| steps | stopped |{' GLUE |' if glue else ''}",
             f"|---|---|---|---|---|---|---|---|{'---|' if glue else ''}"]

@@ -1,15 +1,19 @@
 """The commands: each module is one entry point (`python pretrain.py`, `cramming-pretrain`, ...) and holds
 only its wiring; the work is done in the library. `hydra_command` gives every Hydra command the same
-front: glob overrides quoted, overrides checked (one line naming a bad key, choice or value), then
-Hydra, with `exit_on_user_error` as the one error boundary."""
+front: glob overrides quoted, the command line read as Hydra reads it (its flags keep their meaning), each
+job's overrides checked (one line naming a bad key, choice or value), then Hydra, with `exit_on_user_error`
+as the one error boundary."""
 
 import functools
 import sys
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 
 from cramming import CONFIG_DIR
-from cramming.cli.overrides import check_overrides, split_arguments
+from cramming.cli.arguments import job_overrides, parse_arguments
+from cramming.cli.overrides import check_overrides
 from cramming.errors import exit_on_user_error
 
 PATH_KEYS = ("data.files",)
@@ -28,6 +32,21 @@ def quote_path_overrides(argv: list[str] | None = None, keys: tuple[str, ...] = 
             argv[index] = f"{key}='{value}'" if "'" not in value else f'{key}="{value}"'
 
 
+def check_arguments(argv: list[str], config_name: str, schema: type, directories: tuple[str, ...]) -> None:
+    """Every job the command line asks for, checked before the first one starts (a sweep's bad value
+    fails at once, not after hours of the jobs before it)."""
+    arguments = parse_arguments(argv, config_name)
+    if arguments.composes:
+        for overrides in job_overrides(arguments):
+            check_overrides(arguments.config_name, overrides, schema, directories)
+
+
+def sweep_job_dir() -> str | None:
+    """In a multirun (-m), the job's own numbered directory (hydra.sweep.dir/<job number>); None otherwise."""
+    hydra = HydraConfig.get()
+    return hydra.runtime.output_dir if hydra.mode == RunMode.MULTIRUN else None
+
+
 def hydra_command(config_name: str, schema: type, directories: tuple[str, ...] = (),
                   path_keys: tuple[str, ...] = PATH_KEYS):
     """Make `task(cfg)` a command: `main()` reads sys.argv like Hydra, after the checks above (the
@@ -40,9 +59,7 @@ def hydra_command(config_name: str, schema: type, directories: tuple[str, ...] =
         @functools.wraps(task)
         def main() -> None:
             quote_path_overrides(keys=path_keys)
-            name, overrides = split_arguments(sys.argv[1:], config_name)
-            if "--help" not in sys.argv and "-h" not in sys.argv:
-                exit_on_user_error(check_overrides)(name, overrides, schema, directories)
+            exit_on_user_error(check_arguments)(sys.argv[1:], config_name, schema, directories)
             run()
 
         return main

@@ -1,6 +1,6 @@
-"""Command-line overrides checked before Hydra runs a command: an unknown key, an unknown choice, a value
-of the wrong type or a syntax error is one line that names it (and the closest valid key or choice),
-instead of Hydra's many-line report."""
+"""One job's overrides (cramming.cli.arguments reads them) checked before Hydra runs a command: an unknown
+key, an unknown choice or a value of the wrong type is one line that names it (and the closest valid key or
+choice), instead of Hydra's many-line report."""
 
 import difflib
 import os
@@ -10,30 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cramming import CONFIG_DIR
 from cramming.errors import CrammingError
-
-HYDRA_FLAGS_WITH_VALUE = ("--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd")
-
-
-def split_arguments(argv: list[str], config_name: str) -> tuple[str, list[str]]:
-    """The config name (--config-name may change it) and the overrides among the arguments."""
-    overrides, index = [], 0
-    while index < len(argv):
-        argument = argv[index]
-        if argument in ("--config-name", "-cn"):
-            config_name = argv[index + 1] if index + 1 < len(argv) else config_name
-        elif argument.startswith("--config-name="):
-            config_name = argument.split("=", 1)[1]
-        elif not argument.startswith("-") and not argument.lstrip("+~").startswith("hydra."):
-            overrides.append(argument)
-        index += 2 if argument in HYDRA_FLAGS_WITH_VALUE else 1
-    return config_name, overrides
 
 
 def flat_keys(tree: Any, prefix: str = "") -> list[str]:
@@ -77,11 +59,6 @@ def check_overrides(config_name: str, overrides: list[str], schema: type, direct
 
     Every key already has its place in the schema, so `+key=value` can only add an unknown key: refused.
     """
-    for override in overrides:
-        try:
-            OverridesParser.create().parse_overrides([override])
-        except OverrideParseException as error:
-            raise CrammingError(f"cannot read the override {override!r}: {str(error).splitlines()[0]}") from None
     groups = [o for o in overrides if (CONFIG_DIR / key_of(o)).is_dir()]  # arch=..., data=..., eval=glue
     added = [o for o in overrides if o.startswith("+") and o not in groups]
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):

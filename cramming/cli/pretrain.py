@@ -4,16 +4,23 @@
     python pretrain.py --config-name quickstart                   # offline quick start on a CPU
     torchrun --nproc_per_node=4 pretrain.py budget=24 gpu=a100    # budget stays in GPU-hours
     python pretrain.py resume=latest                              # continue the newest run exactly
+    python pretrain.py -m train.optim.lr=5e-4,1e-3                # a Hydra sweep: one numbered job per value
 """
 
-from cramming.cli import hydra_command
+from cramming.cli import hydra_command, sweep_job_dir
 from cramming.train.config import PretrainConfig  # registers the config schemas
 
 
 @hydra_command("pretrain", PretrainConfig, directories=("output_dir", "cache_dir"))
 def main(cfg: PretrainConfig) -> None:
+    from cramming.threads import set_cpu_threads
+    from cramming.train.settings import device_type
     from cramming.train.trainer import pretrain
 
+    if device_type(cfg) == "cpu":
+        set_cpu_threads()
+    if job_dir := sweep_job_dir():  # a multirun job's run lives in the job's numbered directory
+        cfg.output_dir = job_dir
     pretrain(cfg)
 
 

@@ -7,6 +7,7 @@ order, with the model's own initialization: so our checkpoint and its export sco
 
 import dataclasses
 import json
+import logging
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
@@ -16,11 +17,13 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from cramming.errors import CrammingError
+from cramming.library_noise import without_load_report
 from cramming.eval.parameter_efficient import LoraSettings
 from cramming.model.checkpoint import build_classifier_from_pretrained, read_config, save_pretrained
 from cramming.model.crammed_bert import init_module
 from cramming.model.export import export_to_transformers
 
+log = logging.getLogger(__name__)
 HF_PREFIX = "hf:"
 # The names transformers configs give dropout; eval.dropout sets each one a config has (BERT: hidden and
 # attention; classifier_dropout=None would fall back to hidden, set too; ours: `dropout` covers all).
@@ -101,25 +104,55 @@ def _transformers_encoder(reference: str, dropout: float) -> PretrainedEncoder:
     if _is_our_checkpoint(folder):
         raise CrammingError(f"{key}: this is one of our checkpoints; score it with ckpt={reference} (without hf:)")
 
-    def load(num_labels, dropout):
-        config = _attempt(key, AutoConfig.from_pretrained, reference, num_labels=num_labels, trust_remote_code=True)
+    def classifier(num_labels, dropout):
+        config = _attempt(key, AutoConfig.from_pretrained, reference, trust_remote_code=True)
+        config.num_labels = num_labels  # (not as a keyword: a saved head's id2label of another size warns)
         config.problem_type = "regression" if num_labels == 1 else "single_label_classification"
         for name in DROPOUT_KEYS:
             if hasattr(config, name):
                 setattr(config, name, dropout)
-        model, info = _attempt(key, AutoModelForSequenceClassification.from_pretrained, reference, config=config,
-                               trust_remote_code=True, output_loading_info=True)
-        return model, info["missing_keys"], model._init_weights
+        with without_load_report():  # the head is reported in one line, by load() below
+            return _attempt(key, AutoModelForSequenceClassification.from_pretrained, reference, config=config,
+                            trust_remote_code=True, output_loading_info=True, ignore_mismatched_sizes=True)
+
+    reported = set()
+
+    def load(num_labels, dropout):
+        """A head of another size than the checkpoint's (an MNLI classifier on RTE) is drawn fresh, like a
+        missing one."""
+        model, info = classifier(num_labels, dropout)
+        resized = [name for name, *_ in info["mismatched_keys"]]
+        if num_labels not in reported:
+            reported.add(num_labels)
+            _report_head(key, saved_config.num_labels, num_labels, resized, info)
+        return model, [*info["missing_keys"], *resized], model._init_weights
 
     tokenizer = _attempt(key, AutoTokenizer.from_pretrained, reference, trust_remote_code=True)
-    config = _attempt(key, AutoConfig.from_pretrained, reference, trust_remote_code=True)
-    positions = getattr(config, "max_position_embeddings", None) or tokenizer.model_max_length
-    load(2, dropout)  # fails fast, before any data is read
+    saved_config = _attempt(key, AutoConfig.from_pretrained, reference, trust_remote_code=True)
+    positions = getattr(saved_config, "max_position_embeddings", None) or tokenizer.model_max_length
+    classifier(2, dropout)  # fails fast, before any data is read
     def save(model, folder):
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
 
     return PretrainedEncoder(f"{HF_PREFIX}{reference}", tokenizer, positions, None, load, save)
+
+
+def _report_head(key: str, saved_labels: int, num_labels: int, resized: list[str], info: dict) -> None:
+    """One line instead of transformers' loading report: which weights are new, resized or left unused."""
+    labels = f"{num_labels} label{'s' if num_labels > 1 else ''}"
+    parts = []
+    if resized:
+        head = ", ".join(sorted(resized))
+        parts.append(f"the checkpoint's {saved_labels}-label head re-initialised for {labels}: {head}")
+    if info["missing_keys"]:
+        parts.append(f"new for {labels}: {', '.join(sorted(info['missing_keys']))}")
+    if info["unexpected_keys"]:
+        unused = sorted(info["unexpected_keys"])
+        more = ", ..." if len(unused) > 3 else ""
+        parts.append(f"{len(unused)} checkpoint weight(s) unused ({', '.join(unused[:3])}{more})")
+    if parts:
+        log.info("%s: %s", key, "; ".join(parts))
 
 
 def _is_our_checkpoint(folder: Path) -> bool:

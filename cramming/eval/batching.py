@@ -16,13 +16,24 @@ BUCKET_BATCHES = 50  # length bucketing sorts within windows of this many batche
 
 @dataclass
 class EncodedSplit:
-    input_ids: list[list[int]]  # [CLS] a [SEP] b [SEP], truncated, unpadded
+    # [CLS] a [SEP] b [SEP], truncated, unpadded; for multiple choice (SWAG) a list of such rows per example
+    input_ids: list[list[int]] | list[list[list[int]]]
     labels: torch.Tensor  # (N,) int64 class ids, or float32 scores for regression
     source: str = ""  # the file or hub split it came from, for messages
-    token_type_ids: list[list[int]] | None = None  # segment ids, for models that read them (BERT)
+    token_type_ids: list[list[int]] | list[list[list[int]]] | None = None  # segment ids, where read (BERT)
 
     def __len__(self) -> int:
         return len(self.input_ids)
+
+    @property
+    def choices(self) -> int | None:
+        """Rows per example of a multiple-choice split; None for one row per example."""
+        return len(self.input_ids[0]) if self.input_ids and isinstance(self.input_ids[0][0], list) else None
+
+    def length(self, index: int) -> int:
+        """Tokens of example `index` (of its longest choice)."""
+        row = self.input_ids[index]
+        return len(row) if self.choices is None else max(len(choice) for choice in row)
 
 
 def encode_split(
@@ -59,19 +70,27 @@ def training_batches(
     window = batch_size * BUCKET_BATCHES
     batches = []
     for start in range(0, len(order), window):
-        by_length = sorted(order[start : start + window], key=lambda i: len(split.input_ids[i]))
+        by_length = sorted(order[start : start + window], key=split.length)
         batches += [by_length[i : i + batch_size] for i in range(0, len(by_length), batch_size)]
     return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
 
 
 def evaluation_batches(split: EncodedSplit, batch_size: int) -> list[list[int]]:
-    by_length = sorted(range(len(split)), key=lambda i: len(split.input_ids[i]))
+    by_length = sorted(range(len(split)), key=split.length)
     return [by_length[start : start + batch_size] for start in range(0, len(by_length), batch_size)]
 
 
 def collate(split: EncodedSplit, indices: list[int], pad_id: int) -> dict[str, torch.Tensor]:
     """Pad to the longest example of the batch: input_ids, attention_mask and, where the split has them,
-    token_type_ids (B, T); labels (B,)."""
+    token_type_ids (B, T), or (B, choices, T) for multiple choice; labels (B,)."""
+    choices = split.choices
+    if choices is not None:  # every choice as a row, then (B * choices, T) -> (B, choices, T)
+        rows = [row for i in indices for row in split.input_ids[i]]
+        types = split.token_type_ids and [row for i in indices for row in split.token_type_ids[i]]
+        every_row = list(range(len(rows)))
+        flat = collate(EncodedSplit(rows, torch.zeros(len(rows)), split.source, types), every_row, pad_id)
+        batch = {key: value.view(len(indices), choices, -1) for key, value in flat.items() if key != "labels"}
+        return batch | {"labels": split.labels[indices]}
     rows = [split.input_ids[i] for i in indices]
     width = max(len(row) for row in rows)
     input_ids = torch.full((len(rows), width), pad_id, dtype=torch.int64)

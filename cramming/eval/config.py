@@ -18,8 +18,11 @@ DEFAULT_TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
 
 @dataclass
 class GlueConfig:
-    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))  # add "wnli" to run it too
-    data_dir: Optional[str] = None  # a classic GLUE TSV directory; null: the hub (nyu-mll/glue)
+    # add "wnli" to run it too; "swag": SWAG multiple choice, the same protocol, outside the GLUE average
+    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
+    # a classic GLUE TSV directory (SWAG: its SWAG/{train,val}.csv); null: the hub (nyu-mll/glue,
+    # allenai/swag)
+    data_dir: Optional[str] = None
     seeds: list[int] = field(default_factory=lambda: [0])  # each task runs once per seed; median reported
     # --- protocol: one set of hyperparameters for every task ---
     lr: float = 4e-5

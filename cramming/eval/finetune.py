@@ -77,8 +77,11 @@ def evaluate(
     precision: Precision,
     pad_id: int,
 ) -> dict[str, float]:
-    """Scores of the classifier on one evaluation split (dropout off)."""
+    """Scores of the classifier on one evaluation split (dropout off); multiple choice (SWAG): accuracy."""
     outputs = predict(classifier, split, name, batch_size, device, precision, pad_id)
+    if split.choices is not None:
+        predicted = outputs.numpy().argmax(axis=-1)
+        return metrics.classification_scores("accuracy", predicted, split.labels.numpy())
     return metrics.score(name, outputs.numpy(), split.labels.numpy())
 
 
@@ -92,15 +95,15 @@ def predict(
     precision: Precision,
     pad_id: int,
 ) -> torch.Tensor:
-    """The classifier's outputs (N, num_labels) in the split's order (dropout off); non-finite ones are an
-    error naming the task and the file."""
+    """The classifier's outputs (N, num_labels), or (N, choices), in the split's order (dropout off); non-finite
+    ones are an error naming the task and the file."""
     classifier.eval()
     order, outputs = [], []
     for indices in evaluation_batches(split, batch_size):
         batch = _to_device(collate(split, indices, pad_id), device)
         with precision.autocast():
             inputs = {key: value for key, value in batch.items() if key != "labels"}
-            logits = classifier(**inputs).logits  # (B, num_labels)
+            logits = classifier(**inputs).logits  # (B, num_labels), or (B, choices)
         order += indices
         outputs.append(logits.float().cpu())
     in_split_order = torch.empty_like(torch.cat(outputs))

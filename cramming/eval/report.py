@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Optional
 
 from cramming.eval.metrics import PROTOCOL_NUMBERS, format_scores
+from cramming.eval.multiple_choice import MAIN_METRIC as BEYOND_GLUE
 from cramming.eval.parameter_efficient import FULL_FINE_TUNING
 
 # Published GLUE dev scores under the same protocol (DESIGN.md section 3), in table order:
@@ -26,7 +27,8 @@ def write_reports(results: dict, output_dir: Path) -> None:
 
 
 def markdown_report(results: dict) -> str:
-    lines = ["# GLUE results", "", *_score_table(results), "", *_deviations(results["protocol_deviations"])]
+    lines = ["# GLUE results", "", *_score_table(results), *_beyond_glue(results), "",
+             *_deviations(results["protocol_deviations"])]
     lines += ["", "## Tasks", "", "| task | status | scores | train / eval examples | wall time |"]
     lines += ["|---|---|---|---|---|", *(_task_row(name, task) for name, task in results["tasks"].items())]
     notes = _data_notes(results["tasks"])
@@ -88,6 +90,19 @@ def _score_table(results: dict) -> list[str]:
             f"({', '.join(averaged) or 'none'}); the reference averages are over all nine and do not compare."
         )
     return lines
+
+
+def _beyond_glue(results: dict) -> list[str]:
+    """Tasks outside GLUE (SWAG) in a table of their own, under the same protocol: never in the average."""
+    ran = [(split, metric) for split, metric in BEYOND_GLUE.items() if split in results["scores"]]
+    if not ran:
+        return []
+    header = " | ".join(f"{split.upper()} ({metric}, validation)" for split, metric in ran)
+    cells = " | ".join(_cell(results["scores"][split][metric]) for split, metric in ran)
+    protocol = results.get("protocol", FULL_FINE_TUNING)
+    label = "**this checkpoint**" if protocol == FULL_FINE_TUNING else f"**this checkpoint ({protocol})**"
+    return ["", "## Beyond GLUE", "", "Fine-tuned under this run's protocol; not part of the GLUE average.", "",
+            f"| model | {header} |", "|---" * (len(ran) + 1) + "|", f"| {label} | {cells} |"]
 
 
 def _baseline_row(baseline: dict) -> str:

@@ -12,11 +12,13 @@ from typing import Any
 import torch
 
 from cramming.errors import CrammingError
+from cramming.eval import multiple_choice
 from cramming.eval.batching import encode_split, subset
 from cramming.eval.config import GlueConfig, as_glue_config, protocol_deviations
-from cramming.eval.data import GlueDataMissing, GlueTask, GlueTaskData, get_task, load_task
+from cramming.eval.data import TASKS, GlueDataMissing, GlueTask, GlueTaskData, get_task, load_task
 from cramming.eval.encoders import PretrainedEncoder, open_encoder
 from cramming.eval.finetune import finetune
+from cramming.eval.multiple_choice import ChoiceTask, MultipleChoice
 from cramming.eval.parameter_efficient import (
     FULL_FINE_TUNING, LoraSettings, lora_settings, merged, parameter_counts, record)
 from cramming.eval.submission import write_test_predictions, zip_submission
@@ -89,11 +91,15 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path) -> d
         results["submission"] = zip_submission(Path(output_dir))
     write_reports(results, Path(output_dir))
     shown = "n/a" if average is None else f"{average:.2f}"
-    log.info("GLUE score %s over %s; wrote %s/glue_results.{json,md}", shown, ", ".join(averaged), output_dir)
+    for split, metric in multiple_choice.MAIN_METRIC.items():  # beyond GLUE: never in its average
+        if split in scores:
+            log.info("%s %s %.2f (not in the GLUE score)", split.upper(), metric, scores[split][metric])
+    over = ", ".join(averaged) or "no GLUE task"
+    log.info("GLUE score %s over %s; wrote %s/glue_results.{json,md}", shown, over, output_dir)
     return results
 
 
-def _check(cfg: GlueConfig) -> list[GlueTask]:
+def _check(cfg: GlueConfig) -> list[GlueTask | ChoiceTask]:
     """The requested tasks; settings that would fail late or mean nothing are errors now."""
     if not cfg.tasks:
         raise CrammingError("eval.tasks is empty")
@@ -117,7 +123,11 @@ def _check(cfg: GlueConfig) -> list[GlueTask]:
         raise CrammingError(f"eval.max_train_examples must be null or at least 1, got {cap}")
     if not 0 <= cfg.warmup_fraction <= 1:
         raise CrammingError(f"eval.warmup_fraction must be in [0, 1], got {cfg.warmup_fraction}")
-    return [get_task(name) for name in cfg.tasks]
+    unknown = [name for name in cfg.tasks if name not in TASKS and name not in multiple_choice.TASKS]
+    if unknown:
+        known = ", ".join([*TASKS, *multiple_choice.TASKS])
+        raise CrammingError(f"unknown GLUE task '{unknown[0]}'; known tasks: {known}")
+    return [multiple_choice.TASKS.get(name) or get_task(name) for name in cfg.tasks]
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -140,12 +150,15 @@ def _read_baseline(path: str | None) -> dict | None:
         raise CrammingError(f"eval.baseline={path}: not a glue_results.json written by eval_glue") from None
 
 
-def _load_data(tasks: list[GlueTask], cfg: GlueConfig) -> tuple[dict[str, GlueTaskData], dict[str, dict]]:
+def _load_data(
+    tasks: list[GlueTask | ChoiceTask], cfg: GlueConfig
+) -> tuple[dict[str, GlueTaskData], dict[str, dict]]:
     """Every task's data up front, so a malformed file stops the run before hours of fine-tuning."""
     data, missing = {}, {}
     for task in tasks:
         try:
-            data[task.name] = load_task(task, cfg.data_dir, cfg.max_malformed_fraction)
+            load = multiple_choice.load_task if isinstance(task, ChoiceTask) else load_task
+            data[task.name] = load(task, cfg.data_dir, cfg.max_malformed_fraction)
         except GlueDataMissing as reason:
             log.warning("%s: missing, skipped (%s)", task.name, reason)
             missing[task.name] = {"status": "missing", "reason": str(reason)}
@@ -168,20 +181,25 @@ def _run_task(
     with their spread (min, max, standard deviation) when there are several."""
     started = time.perf_counter()
     task = task_data.task
-    regression = task.num_labels == 1
+    choices = isinstance(task, ChoiceTask)  # multiple choice (SWAG): one output per choice, softmax over them
     tokenizer = encoder.tokenizer
-    train = encode_split(task_data.train, tokenizer, cfg.max_length, regression)
+
+    def encode(split):
+        if choices:
+            return multiple_choice.encode_split(split, tokenizer, cfg.max_length)
+        return encode_split(split, tokenizer, cfg.max_length, regression=task.num_labels == 1)
+
+    train = encode(task_data.train)
     if cfg.max_train_examples is not None:
         train = subset(train, cfg.max_train_examples)
-    evaluations = {
-        name: encode_split(split, tokenizer, cfg.max_length, regression)
-        for name, split in task_data.evaluations.items()
-    }
+    evaluations = {name: encode(split) for name, split in task_data.evaluations.items()}
 
     histories, predictions, parameters = {}, None, None
     for seed in cfg.seeds:
         # the head and dropout (and LoRA's A) from the seed
         classifier = encoder.classifier(task.num_labels, cfg.dropout, seed, lora)
+        if choices:
+            classifier = MultipleChoice(classifier)
         if parameters is None:
             parameters = parameter_counts(classifier)
             trainable, total = parameters["trainable"], parameters["total"]
@@ -191,11 +209,12 @@ def _run_task(
         describe = f"{task.name} seed {seed}"
         pad_id = tokenizer.pad_token_id
         histories[seed] = finetune(classifier, train, evaluations, cfg, device, precision, seed, pad_id, describe)
-        if cfg.predict_test and seed == cfg.seeds[0]:
+        if cfg.predict_test and seed == cfg.seeds[0] and not choices:  # GLUE-server files: GLUE tasks only
             predictions = write_test_predictions(task, classifier, tokenizer, cfg, device, precision,
                                                  output_dir / "submission")
         if cfg.save_models:
-            plain = classifier if lora is None else merged(classifier)  # LoRA folded into the weights
+            plain = classifier.scorer if choices else classifier  # SWAG: the one-output pair scorer
+            plain = plain if lora is None else merged(plain)  # LoRA folded into the weights
             encoder.save(plain.cpu(), output_dir / "models" / f"{task.name}-seed{seed}")
     finals = [history[-1]["scores"] for history in histories.values()]
     scores = {

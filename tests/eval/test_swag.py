@@ -17,7 +17,8 @@ from cramming.errors import CrammingError
 from cramming.eval.batching import collate, evaluation_batches
 from cramming.eval.data import GlueDataMissing
 from cramming.eval.encoders import open_encoder
-from cramming.eval.multiple_choice import TASKS, MultipleChoice, encode_split, load_task, read_csv_split
+from cramming.eval.multiple_choice import (
+    TASKS, MultipleChoice, encode_split, load_hub_split, load_task, read_csv_split)
 from cramming.eval.run import run_glue
 from cramming.model.export import export_to_transformers
 
@@ -201,3 +202,22 @@ def test_a_transformers_bert_reads_four_pairs_with_segment_ids(swag_dir, tmp_pat
     assert batch["token_type_ids"].max() == 1  # sent2 + ending is segment 1
     output = MultipleChoice(encoder.classifier(1, 0.1, seed=0))(**batch)
     assert output.logits.shape == (3, 4) and torch.isfinite(output.loss)
+
+
+def test_the_hub_reader_maps_the_hub_columns(monkeypatch):
+    """load_hub_split on a datasets.Dataset with the hub's columns (the hub itself is out of reach in tests)."""
+    import datasets
+
+    rows = swag_rows(5)
+    columns = {name: [row[HEADER.index(name)] for row in rows] for name in HEADER[1:-1]}
+    labelled = datasets.Dataset.from_dict(columns | {"label": [int(row[-1]) for row in rows]})
+    asked = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: asked.append((args, kwargs)) or labelled)
+    split = load_hub_split(TASKS["swag"], "validation")
+    assert asked == [(("allenai/swag", "regular"), {"split": "validation"})]
+    assert split.source == "allenai/swag/regular:validation" and split.labels == labelled["label"]
+    assert split.contexts == columns["sent1"] and split.endings[3] == tuple(rows[3][7:11])
+    unlabelled = datasets.Dataset.from_dict(columns | {"label": [-1] * 5})  # as the hub's test split
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: unlabelled)
+    with pytest.raises(CrammingError, match="allenai/swag/regular:test: label -1 is not one of 0-3"):
+        load_hub_split(TASKS["swag"], "test")

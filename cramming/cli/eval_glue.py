@@ -4,6 +4,7 @@
     python eval_glue.py ckpt=outputs/<name>/<timestamp>/checkpoints/final
     python eval_glue.py ckpt=latest eval.tasks=[rte,mrpc] eval.data_dir=../shared/data/glue
     python eval_glue.py ckpt=hf:bert-base-uncased          # any transformers encoder: hub id or local folder
+    python eval_glue.py ckpt=latest 'eval.tasks=[swag]'     # SWAG multiple choice, beside the GLUE average
 """
 
 from hydra.core.hydra_config import HydraConfig

@@ -50,8 +50,7 @@ class ChoiceTask:
     name: str
     folder: str
     eval_splits: tuple[EvalSplit, ...]
-    num_choices: int = CHOICES
-    num_labels: int = 1  # one score per (context, ending) pair
+    num_labels: int = 1  # outputs of the classifier: one score per (context, ending) pair
 
 
 TASKS = {"swag": ChoiceTask("swag", FOLDER, (EvalSplit("swag", "val.csv", "validation"),))}

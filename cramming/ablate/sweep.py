@@ -21,6 +21,7 @@ from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cramming.errors import CrammingError
+from cramming.files import write_atomically
 from cramming.train.config import PretrainConfig  # noqa: F401  (registers the pretraining schemas)
 from cramming.train.plots import plot_comparison
 
@@ -121,7 +122,7 @@ def write_table(name: str, sweep: SweepConfig, run_dirs: dict[str, Path], path: 
                     + (f" {_number(facts.get('glue_score'), '.1f')} |" if glue else ""))
     table = "\n".join(rows) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(table)
+    write_atomically(path, table)
     return table
 
 

@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from cramming.data.mlm import synthetic_mlm_batch
 from cramming.errors import CrammingError
+from cramming.files import write_atomically
 from cramming.runtime import Precision
 from cramming.train.distributed import Distributed
 from cramming.train.settings import Settings
@@ -82,9 +83,7 @@ def cached_search(cache_dir: Path, key: str, search: Callable[[], tuple[int, lis
     size, trials = search()
     entries[key] = {"microbatch_size": size, "trials": trials}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(entries, indent=1))
-    tmp.replace(path)
+    write_atomically(path, json.dumps(entries, indent=1))
     log.info("microbatch %d (searched; cached in %s)", size, path)
     return size, "search"
 

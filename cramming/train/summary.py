@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from cramming.errors import CrammingError
+from cramming.files import write_atomically
 from cramming.hardware import model_flops_utilization
 
 SMOOTHING_FRACTION = 0.1  # smoothed loss: mean of the records in the last 10% of the steps
@@ -127,6 +128,4 @@ def build_summary(*, records: list[dict], stop_reason: str, progress: dict, budg
 
 
 def write_summary(path: Path, summary: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")  # strict JSON: no bare NaN
-    tmp.replace(path)
+    write_atomically(path, json.dumps(summary, indent=2, allow_nan=False) + "\n")  # strict JSON: no bare NaN

@@ -20,6 +20,7 @@ from cramming.data.prepare import prepare_dataset
 from cramming.data.store import PreparedDataset
 from cramming.data.stream import Microbatches
 from cramming.data.tokenizer import as_transformers_tokenizer, load_tokenizer
+from cramming.files import write_atomically
 from cramming.hardware import budget_seconds
 from cramming.model import build_mlm_model, training_flops_per_token
 from cramming.provenance import config_sha256, provenance
@@ -212,7 +213,7 @@ def _run_directory(cfg, dist: Distributed, checkpoint: Path | None, progress: Pr
             run_dir = new_run_dir(cfg.output_dir, cfg.name)
             if checkpoint is not None:
                 earlier = [r for r in read_records(checkpoint.parent.parent / "metrics.jsonl") if r["step"] <= progress.step]
-                (run_dir / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in earlier))
+                write_atomically(run_dir / "metrics.jsonl", "".join(json.dumps(record) + "\n" for record in earlier))
                 log.info("resuming into a new run directory %s (the checkpoint's is outside %s)", run_dir, root)
     run_dir = Path(dist.broadcast(str(run_dir) if run_dir else None))
     progress.elapsed = dist.broadcast(progress.elapsed)  # the time charged on rank 0, on every rank

@@ -27,11 +27,12 @@ from cramming.provenance import config_sha256, provenance
 from cramming.runs import FINAL, new_run_dir, resolve_checkpoint
 from cramming.runtime import deterministic_algorithms, prepare_device
 from cramming.train.callbacks import Callback, CallbackList
-from cramming.train.checkpoint import (Checkpointer, NonFiniteWeightsError, load_state, restore, resume_advice,
+from cramming.train.checkpoint import (Checkpointer, NonFiniteWeightsError, load_state, restore,
                                        resume_fingerprint)
 from cramming.train.activation_checkpointing import checkpoint_activations
 from cramming.train.clock import BudgetClock
 from cramming.train.distributed import Distributed
+from cramming.train.divergence import resume_advice
 from cramming.train.heartbeat import Heartbeat, charge_lost_time
 from cramming.train.interrupt import Interrupted
 from cramming.train.low_precision import check_on_device, convert_to_fp8, offload
@@ -154,10 +155,8 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
                                        sequences * seq_length)
         except (NonFiniteLossError, NonFiniteWeightsError) as error:
             stop_reason = "non-finite"
-            if isinstance(error, NonFiniteWeightsError):
-                raise
             checkpointer.discard_unconfirmed()
-            raise NonFiniteLossError(f"{error}; {resume_advice(checkpointer.last_good)}") from None
+            raise type(error)(f"{error}; {resume_advice(checkpointer.last_good, cfg)}") from None
         except KeyboardInterrupt:
             stop_reason = "interrupted"
             raise

@@ -29,3 +29,30 @@ def test_a_kill_while_a_resume_rewrites_the_metrics_loses_no_record(cache_dir, t
     assert [r["step"] for r in records(run_dir)] == list(range(1, 9))
     assert [r["loss"] for r in records(run_dir)] == [r["loss"] for r in written]
     assert summary(run_dir)["final_loss"] == written[-1]["loss"]
+
+
+def test_a_step_with_non_finite_gradients_is_skipped_and_never_confirms_a_checkpoint(cache_dir, tmp_path):
+    """lr 1e2: step 1 is finite and checkpointed, but its weights give a finite loss with NaN gradients. Those
+    steps are skipped (the weights stay finite) and counted; step 1's checkpoint, never followed by an applied
+    step, is removed: resuming it with a lower lr would only diverge again."""
+    run = run_cli(*STEP_RUN, "train.max_steps=6", "train.max_nonfinite_steps=3", "train.optim.lr=1e2",
+                  f"output_dir={tmp_path}")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "step 2: non-finite gradient norm, step skipped (1 in a row)" in run.stdout + run.stderr
+    assert run.stderr.strip().splitlines()[-1] == (
+        "error: 3 non-finite steps in a row at step 4: the run diverged and stopped; no checkpoint was written "
+        "before it diverged: start again with a lower train.optim.lr")
+    run_dir = only_run(tmp_path)
+    assert list((run_dir / "checkpoints").iterdir()) == []
+    assert [r["step"] for r in records(run_dir)] == [1]  # the skipped steps have no loss to record
+    assert summary(run_dir)["nonfinite_skipped"] == 3
+
+
+def test_a_divergence_is_blamed_on_the_setting_that_caused_it(cache_dir, tmp_path):
+    run = run_cli(*STEP_RUN, "train.max_nonfinite_steps=2", "arch.init_std=1e30", f"output_dir={tmp_path}")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: 2 non-finite steps in a row at step 2: the run diverged and stopped; ")
+    assert last.endswith("arch.init_std=1e+30 is far above the recipe's 0.02 and the likely cause: start again "
+                         "with a smaller arch.init_std")
+    assert "train.optim.lr" not in last

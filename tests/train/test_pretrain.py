@@ -164,7 +164,7 @@ def test_nonfinite_losses_are_skipped_then_stop_the_run(cache_dir, tmp_path):
         pretrain_in_process(cfg, callbacks=[PoisonedLoss(lambda step: step in (2, 3) or step >= 6)])
     run_dir = only_run(tmp_path)
     good = run_dir / "checkpoints" / "step-00000004"
-    assert str(stopped.value).startswith("3 non-finite losses in a row at step 8: the run diverged and stopped; "
+    assert str(stopped.value).startswith("3 non-finite steps in a row at step 8: the run diverged and stopped; "
                                          f"the last good checkpoint is {good}; to go on from it")
     # a checkpoint counts once a step on its weights had a finite loss: step 4's did (step 5); step 5's did not
     # (step 6), so it is removed; none is written while losses are non-finite

@@ -15,6 +15,9 @@ import torch  # noqa: E402
 torch.set_flush_denormal(True)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# Subprocesses import this checkout's package: `python scripts/x.py` puts scripts/ first on sys.path, where
+# the package is not, and an editable install may point at another checkout of it.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 

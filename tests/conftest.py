@@ -35,3 +35,15 @@ def gutenberg_valid() -> Path:
     if not path.exists():
         pytest.skip(f"shared corpus not found at {path}")
     return path
+
+
+SIMULATED_MICROBATCH_SECONDS = 0.125
+
+
+@pytest.fixture
+def simulated_clock(monkeypatch) -> float:
+    """Budget-clocked runs (this process's and its subprocesses') read simulated time on which each
+    microbatch takes SIMULATED_MICROBATCH_SECONDS: a budget buys the same microbatches at any load, on any
+    machine. The wall clock itself is tested in tests/train/test_clock.py."""
+    monkeypatch.setenv("CRAMMING_SIMULATED_MICROBATCH_SECONDS", str(SIMULATED_MICROBATCH_SECONDS))
+    return SIMULATED_MICROBATCH_SECONDS

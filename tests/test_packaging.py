@@ -53,7 +53,7 @@ def test_importing_the_model_does_not_import_transformers():
 
 
 @pytest.mark.slow
-def test_a_wheel_installed_in_a_fresh_venv_runs_the_quick_start_outside_the_checkout(tmp_path):
+def test_a_wheel_installed_in_a_fresh_venv_runs_the_quick_start_outside_the_checkout(tmp_path, simulated_clock):
     source = tmp_path / "source"  # setuptools builds inside the source tree: keep the checkout clean
     source.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):

@@ -30,7 +30,7 @@ from cramming.train.callbacks import Callback, CallbackList
 from cramming.train.checkpoint import (Checkpointer, NonFiniteWeightsError, load_state, restore,
                                        resume_fingerprint)
 from cramming.train.activation_checkpointing import checkpoint_activations
-from cramming.train.clock import BudgetClock
+from cramming.train.clock import BudgetClock, time_source
 from cramming.train.distributed import Distributed
 from cramming.train.divergence import resume_advice
 from cramming.train.heartbeat import Heartbeat, charge_lost_time
@@ -117,7 +117,7 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     if settings.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(settings.device)  # the peak of training, not of the search
 
-    clock = BudgetClock(wall_budget, progress.elapsed)
+    clock = BudgetClock(wall_budget, progress.elapsed, time_source(progress))
     state = TrainState(model, optimizer, progress, clock, run_dir, settings.device, tokenizer)
     sequences = settings.microbatch_size * dist.world_size  # per global microbatch
     microbatches = Microbatches(dataset, settings.microbatch_size, dist.rank, dist.world_size,

@@ -63,6 +63,8 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
     resolve_optim(cfg)
     check_train_config(cfg)
     dist = Distributed.from_env(device_type(cfg))
+    if not dist.is_main:  # rank 0 tells the story once; the other ranks speak up only with a warning
+        log.setLevel(logging.WARNING)
     try:
         with deterministic_algorithms(cfg.impl.deterministic):
             return _pretrain(cfg, dist, list(callbacks))

@@ -61,10 +61,14 @@ def wait_for(path_glob: str, root: Path, process: subprocess.Popen, timeout: flo
 
 
 @pytest.mark.slow
-def test_torchrun_with_the_default_budget_stop(cache_dir, tmp_path):
-    """The default stopping rule (budget, no max_steps) under 2 gloo processes: it once crashed both ranks."""
+def test_torchrun_with_the_default_budget_stop(cache_dir, tmp_path, simulated_clock):
+    """The default stopping rule (budget, no max_steps) under 2 gloo processes: it once crashed both ranks.
+    Rank 0 tells the story: the run's lines appear once, not once per rank."""
     run = run_cli("--config-name", "quickstart", "budget=0.002", f"output_dir={tmp_path}", launcher=TORCHRUN)
     assert run.returncode == 0, run.stdout + run.stderr
+    lines = (run.stdout + run.stderr).splitlines()
+    for start in ("run ", "validation: ", "done: ", "summary: "):
+        assert len([line for line in lines if line.startswith(start)]) == 1, start
     (run_dir,) = (tmp_path / "quickstart").iterdir()
     facts = summary(run_dir)
     assert facts["stop_reason"] == "budget" and facts["budget_wall_s"] == pytest.approx(0.002 * 3600 / 2)

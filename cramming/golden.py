@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from cramming.files import write_atomically
+from cramming.files import read_json_object, write_atomically
 from cramming.model.checkpoint import load_pretrained
 
 PRETRAIN_FILE, GLUE_FILE = "pretrain-tiny.json", "glue-rte-subset.json"
@@ -123,7 +123,7 @@ def mismatches(reference: dict, measured: dict) -> list[str]:
 
 
 def read(golden_dir: Path, name: str) -> dict:
-    return json.loads((golden_dir / name).read_text())
+    return read_json_object(golden_dir / name)
 
 
 def write(golden_dir: Path, name: str, numbers: dict, recorded_with: dict) -> None:

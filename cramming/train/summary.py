@@ -26,10 +26,14 @@ def read_records(path: Path) -> list[dict]:
     records = []
     for number, line in enumerate(lines, start=1):
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
-            if number < len(lines):
-                raise CrammingError(f"{path}, line {number}: not a JSON record") from None
+            record = None
+            if number == len(lines):
+                continue
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise CrammingError(f"{path}, line {number}: not a JSON record of a step")
+        records.append(record)
     return records
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from cramming.files import read_json_object, write_atomically
 from cramming.model.checkpoint import load_pretrained
 
 PRETRAIN_FILE, GLUE_FILE = "pretrain-tiny.json", "glue-rte-subset.json"
@@ -119,10 +120,10 @@ def mismatches(reference: dict, measured: dict) -> list[str]:
 
 
 def read(golden_dir: Path, name: str) -> dict:
-    return json.loads((golden_dir / name).read_text())
+    return read_json_object(golden_dir / name)
 
 
 def write(golden_dir: Path, name: str, numbers: dict, recorded_with: dict) -> None:
     """The numbers, and the environment they were recorded in (for the reviewer of a changed file)."""
     payload = {"recorded_with": recorded_with, **numbers}
-    (golden_dir / name).write_text(json.dumps(payload, indent=2) + "\n")
+    write_atomically(golden_dir / name, json.dumps(payload, indent=2) + "\n")

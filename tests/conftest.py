@@ -15,6 +15,9 @@ import torch  # noqa: E402
 torch.set_flush_denormal(True)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# Subprocesses import this checkout's package: `python scripts/x.py` puts scripts/ first on sys.path, where
+# the package is not, and an editable install may point at another checkout of it.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 
@@ -32,3 +35,15 @@ def gutenberg_valid() -> Path:
     if not path.exists():
         pytest.skip(f"shared corpus not found at {path}")
     return path
+
+
+SIMULATED_MICROBATCH_SECONDS = 0.125
+
+
+@pytest.fixture
+def simulated_clock(monkeypatch) -> float:
+    """Budget-clocked runs (this process's and its subprocesses') read simulated time on which each
+    microbatch takes SIMULATED_MICROBATCH_SECONDS: a budget buys the same microbatches at any load, on any
+    machine. The wall clock itself is tested in tests/train/test_clock.py."""
+    monkeypatch.setenv("CRAMMING_SIMULATED_MICROBATCH_SECONDS", str(SIMULATED_MICROBATCH_SECONDS))
+    return SIMULATED_MICROBATCH_SECONDS

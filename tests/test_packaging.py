@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -53,7 +54,15 @@ def test_importing_the_model_does_not_import_transformers():
 
 
 @pytest.mark.slow
-def test_a_wheel_installed_in_a_fresh_venv_runs_the_quick_start_outside_the_checkout(tmp_path):
+def package_directories() -> list[str]:
+    """The site-packages directories this interpreter imports from, whether it runs from a venv, a conda env
+    or the system's. `venv --system-site-packages` would give a nested venv the *base* interpreter's, which
+    lack the active venv's torch and hydra. As plain paths in a .pth file their own .pth files (the
+    checkout's editable install among them) are not run: the nested venv sees the packages, not the checkout."""
+    return [path for path in sys.path if Path(path).name in ("site-packages", "dist-packages") and Path(path).is_dir()]
+
+
+def test_a_wheel_installed_in_a_fresh_venv_runs_the_quick_start_outside_the_checkout(tmp_path, simulated_clock):
     source = tmp_path / "source"  # setuptools builds inside the source tree: keep the checkout clean
     source.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
@@ -69,7 +78,9 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_the_quick_start_outside_the_chec
             "cramming/configs/arch/crammed-bert-tiny.yaml"} <= names
 
     venv = tmp_path / "venv"  # sees this interpreter's packages (torch, ...), but not the checkout
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
+    (site_packages,) = venv.glob("lib/python*/site-packages")
+    (site_packages / "this-interpreters-packages.pth").write_text("\n".join(package_directories()) + "\n")
     installed = subprocess.run([venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-index",
                                 str(wheel)], capture_output=True, text=True, timeout=300)
     assert installed.returncode == 0, installed.stderr

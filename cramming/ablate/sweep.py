@@ -7,7 +7,6 @@ shares (data, model, budget), and `runs`, a label and its own overrides for each
 interrupted one from its last checkpoint.
 """
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cramming.errors import CrammingError
+from cramming.files import read_json_object, write_atomically
 from cramming.train.config import PretrainConfig  # noqa: F401  (registers the pretraining schemas)
 from cramming.train.plots import plot_comparison
 
@@ -112,13 +112,13 @@ def _latest_run(label_dir: Path) -> Path | None:
 
 def _stop_reason(run_dir: Path) -> str | None:
     summary = run_dir / "summary.json"
-    return json.loads(summary.read_text()).get("stop_reason") if summary.is_file() else None
+    return read_json_object(summary).get("stop_reason") if summary.is_file() else None
 
 
 def write_table(name: str, sweep: SweepConfig, run_dirs: dict[str, Path], path: Path) -> str:
     """One row per option: its overrides, final (smoothed) and validation MLM loss, tokens/s, peak memory,
     steps, and the GLUE score when the runs were scored (`eval=glue` in the sweep or its overrides)."""
-    summaries = {label: json.loads((run_dir / "summary.json").read_text()) for label, run_dir in run_dirs.items()}
+    summaries = {label: read_json_object(run_dir / "summary.json") for label, run_dir in run_dirs.items()}
     glue = any("glue_score" in facts for facts in summaries.values())
     equal = not any(setting(o) == "budget" for overrides in sweep.runs.values() for o in overrides)
     rows = [f"Sweep `{name}`{', equal budget' if equal else ''}; every run: `{' '.join(sweep.base)}`.", "",
@@ -133,7 +133,7 @@ def write_table(name: str, sweep: SweepConfig, run_dirs: dict[str, Path], path: 
                     + (f" {_number(facts.get('glue_score'), '.1f')} |" if glue else ""))
     table = "\n".join(rows) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(table)
+    write_atomically(path, table)
     return table
 
 

@@ -234,10 +234,8 @@ def _build(cfg: DataConfig, source: Source, out: Path) -> dict:
         "input_megabytes": round(input_bytes / 1e6, 3),
         "seconds": {"total": round(seconds, 2), "tokenizer_training": round(tokenizer_seconds, 2)},
         "megabytes_per_second": round(input_bytes / 1e6 / seconds, 3),
-        "sha256": {
-            name: store.file_sha256(out / name) for name in (store.ROWS_FILE, store.ORDER_FILE, store.TOKENIZER_FILE)
-        },
-        "bytes": {name: (out / name).stat().st_size for name in (store.ROWS_FILE, store.ORDER_FILE, store.TOKENIZER_FILE)},
+        "sha256": {name: store.file_sha256(out / name) for name in store.HASHED_FILES},
+        "bytes": {name: (out / name).stat().st_size for name in store.HASHED_FILES},
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "trash_filter": {"cutoff": cutoff, "scaling": cfg.filter.trash_cutoff_scaling,
                          "median_ratio": None if median_ratio is None else round(median_ratio, 6)},
@@ -248,6 +246,7 @@ def _build(cfg: DataConfig, source: Source, out: Path) -> dict:
              "token_share": round(int(tokens) / max(counts["tokens"], 1), 4)}
             for described, read, (kept, tokens) in zip(mixture.describe(), read_per_source, per_source)
         ]
+    meta["meta_sha256"] = store.meta_sha256(meta)
     return meta
 
 

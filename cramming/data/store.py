@@ -30,6 +30,8 @@ ROWS_FILE, ORDER_FILE, COUNTS_FILE, TOKENIZER_FILE, META_FILE = (
     "tokenizer.json",
     "meta.json",
 )
+HASHED_FILES = (ROWS_FILE, ORDER_FILE, COUNTS_FILE, TOKENIZER_FILE)  # every file but meta.json, which holds
+# their hashes and sizes, and its own hash (`meta_sha256`)
 
 
 def cache_key(cfg: DataConfig, source_fingerprint: dict) -> str:
@@ -46,6 +48,12 @@ def cache_key(cfg: DataConfig, source_fingerprint: dict) -> str:
 
 def dataset_dir(cache_dir: str, cfg: DataConfig, key: str) -> Path:
     return Path(os.path.expanduser(cache_dir)) / "data" / f"{cfg.name}-{key}"
+
+
+def meta_sha256(meta: dict) -> str:
+    """meta.json's own checksum: of its content without the `meta_sha256` field, in a canonical form."""
+    content = {key: value for key, value in meta.items() if key != "meta_sha256"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
 def file_sha256(path: Path, chunk_bytes: int = 1 << 24) -> str:
@@ -67,7 +75,9 @@ class PreparedDataset:
     def open(cls, path: str | Path, verify_hashes: bool = False) -> "PreparedDataset":
         """Open a complete dataset directory; CrammingError if it is missing, partial, stale or damaged.
 
-        Sizes are checked on every open; with verify_hashes, every file's SHA-256 against meta.json too.
+        meta.json's own checksum and every file's size are checked on every open; with verify_hashes, every
+        file's SHA-256 too, and every token id against the vocabulary (a meta.json that does not fit its
+        rows would crash training in the embedding).
         """
         path = Path(path)
         try:
@@ -79,19 +89,32 @@ class PreparedDataset:
         if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
             found = meta.get("format_version") if isinstance(meta, dict) else None
             raise CrammingError(f"{path} has format {found}, expected {FORMAT_VERSION}")
-        sizes = {**meta.get("bytes", {}), ROWS_FILE: meta["num_rows"] * meta["seq_length"] * 2}
-        for name in (ROWS_FILE, ORDER_FILE, TOKENIZER_FILE):
+        if "meta_sha256" not in meta:
+            raise CrammingError(f"{path} was prepared before meta.json carried its own SHA-256")
+        if meta["meta_sha256"] != meta_sha256(meta):
+            raise CrammingError(f"{path / META_FILE} does not match the SHA-256 recorded when it was prepared: the "
+                                "dataset was changed or damaged")
+        sizes = {**meta["bytes"], ROWS_FILE: meta["num_rows"] * meta["seq_length"] * 2}
+        for name in HASHED_FILES:
             if not (path / name).is_file():
                 raise CrammingError(f"{path / name} is missing: the dataset is damaged")
             size = (path / name).stat().st_size
             if name in sizes and size != sizes[name]:
                 raise CrammingError(f"{path / name} has {size} bytes, expected {sizes[name]}: the dataset is damaged")
         if verify_hashes:
-            for name, recorded in meta["sha256"].items():
-                if file_sha256(path / name) != recorded:
+            for name in HASHED_FILES:
+                if file_sha256(path / name) != meta["sha256"].get(name):
                     raise CrammingError(f"{path / name} does not match the SHA-256 recorded when it was prepared: "
                                         "the dataset was changed or damaged")
+            cls(path, meta).check_token_ids()
         return cls(path, meta)
+
+    def check_token_ids(self) -> None:
+        """Every token id in the rows below meta.json's vocab_size, the size of the model's embedding."""
+        largest = int(self.rows().max()) if self.num_rows else -1
+        if largest >= self.meta["vocab_size"]:
+            raise CrammingError(f"{self.path / ROWS_FILE} holds token id {largest}, but {self.path / META_FILE} "
+                                f"says vocab_size {self.meta['vocab_size']}: the dataset is inconsistent")
 
     @property
     def num_rows(self) -> int:

@@ -6,7 +6,6 @@ and on "\\n" only, so every file yields exactly its official number of rows.
 """
 
 import logging
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
@@ -16,6 +15,7 @@ from cramming.errors import CrammingError
 log = logging.getLogger(__name__)
 
 HUB_PATH = "nyu-mll/glue"
+SCORE_RANGE = (0.0, 5.0)  # STS-B: the mean of annotators' 0-5 similarity ratings
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,8 @@ def _row_problem(fields: list[str], header: tuple[str, ...], task: GlueTask) -> 
     try:
         _parse_label(label, task)
     except ValueError:
-        expected = "a number" if task.tsv_labels is None else " or ".join(task.tsv_labels)
+        low, high = SCORE_RANGE
+        expected = f"a score between {low:g} and {high:g}" if task.tsv_labels is None else " or ".join(task.tsv_labels)
         return f"label {label!r} is not {expected}"
     return ""
 
@@ -204,7 +205,7 @@ def _row_problem(fields: list[str], header: tuple[str, ...], task: GlueTask) -> 
 def _parse_label(text: str, task: GlueTask) -> Union[int, float]:
     if task.tsv_labels is None:
         score = float(text)
-        if not math.isfinite(score):  # "nan" and "inf" parse as floats
+        if not SCORE_RANGE[0] <= score <= SCORE_RANGE[1]:  # also "nan", which parses as a float
             raise ValueError(text)
         return score
     if text not in task.tsv_labels:
@@ -227,10 +228,17 @@ def load_hub_split(task: GlueTask, split: str, labelled: bool = True) -> GlueSpl
     labels = list(dataset["label"]) if labelled else [0] * len(dataset)
     if not labels:
         raise CrammingError(f"{source}: no examples")
-    if not all(math.isfinite(label) for label in labels):
-        raise CrammingError(f"{source}: some labels are not finite numbers")
+    bad = next((row for row, label in enumerate(labels) if not _valid_label(label, task)), None)
+    if bad is not None:
+        raise CrammingError(f"{source}, row {bad}: label {labels[bad]!r} is out of range for {task.name}")
     return GlueSplit(text_a=list(dataset[first]), text_b=list(dataset[second]) if second else None, labels=labels,
                      source=source)
+
+
+def _valid_label(label: Union[int, float], task: GlueTask) -> bool:
+    if task.tsv_labels is None:
+        return SCORE_RANGE[0] <= label <= SCORE_RANGE[1]
+    return label in range(len(task.tsv_labels))
 
 
 def load_task(task: GlueTask, data_dir: Optional[str], max_malformed_fraction: float) -> GlueTaskData:

@@ -6,6 +6,7 @@ from typing import Optional
 
 from cramming.eval.metrics import PROTOCOL_NUMBERS, format_scores
 from cramming.eval.multiple_choice import MAIN_METRIC as BEYOND_GLUE
+from cramming.files import write_atomically
 from cramming.eval.parameter_efficient import FULL_FINE_TUNING
 
 # Published GLUE dev scores under the same protocol (DESIGN.md section 3), in table order:
@@ -22,8 +23,8 @@ COLUMNS = ("MNLI (m/mm)", "SST-2", "STSB", "RTE", "QNLI", "QQP", "MRPC", "CoLA",
 
 def write_reports(results: dict, output_dir: Path) -> None:
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "glue_results.json").write_text(json.dumps(results, indent=2, allow_nan=False) + "\n")  # strict JSON
-    (output_dir / "glue_results.md").write_text(markdown_report(results))
+    write_atomically(output_dir / "glue_results.json", json.dumps(results, indent=2, allow_nan=False) + "\n")  # strict
+    write_atomically(output_dir / "glue_results.md", markdown_report(results))
 
 
 def markdown_report(results: dict) -> str:

@@ -156,10 +156,10 @@ class Checkpointer(Callback):
 
     Every rank keeps the cadence; rank 0 writes, with the state of every callback in `callbacks`. Nothing
     that may have diverged is written: no checkpoint while losses are non-finite, none with non-finite
-    weights or optimizer state. A new checkpoint becomes `last_good` once the next step's loss, computed
-    with its weights, is finite; `last_good` is pinned against pruning, and if the run stops for
-    non-finite losses, an unconfirmed newer checkpoint is removed (`discard_unconfirmed`), so the newest
-    checkpoint left on disk is always a good one.
+    weights or optimizer state. A new checkpoint becomes `last_good` once the next step on its weights is
+    applied (finite loss and gradient norm) and leaves finite weights; `last_good` is pinned against pruning,
+    and if the run stops for non-finite steps, an unconfirmed newer checkpoint is removed
+    (`discard_unconfirmed`), so the newest checkpoint left on disk is always a good one.
     """
 
     name = "checkpointer"
@@ -183,7 +183,8 @@ class Checkpointer(Callback):
         self.started_at_step = state.progress.step
 
     def after_step(self, state: TrainState) -> None:
-        if self.unconfirmed is not None and state.step_applied:
+        if (self.unconfirmed is not None and state.step_applied
+                and not non_finite(dict(state.model.named_parameters()))):
             self.last_good, self.unconfirmed = self.unconfirmed, None
         # keep_at: after the first step run at progress >= f. A resumed run whose first step is already past
         # f reached it before the interruption, and wrote that checkpoint then.
@@ -217,10 +218,9 @@ class Checkpointer(Callback):
         if not healthy:
             if name == FINAL:
                 self.discard_unconfirmed()
-                raise NonFiniteWeightsError(
-                    f"training ended at step {state.progress.step} with non-finite losses or weights: no final "
-                    f"checkpoint; {resume_advice(self.last_good)}")
-            log.warning("step %d: non-finite losses or weights: no checkpoint written (the last good one: %s)",
+                raise NonFiniteWeightsError(f"training ended at step {state.progress.step} with non-finite losses "
+                                            "or weights: no final checkpoint")
+            log.warning("step %d: non-finite steps or weights: no checkpoint written (the last good one: %s)",
                         state.progress.step, self.last_good or "none yet")
             return
         cuda = state.device.type == "cuda"
@@ -247,11 +247,3 @@ class Checkpointer(Callback):
 
 class NonFiniteWeightsError(CrammingError):
     """Training ended with weights that are not finite: no final checkpoint is written."""
-
-
-def resume_advice(last_good: Path | None) -> str:
-    """How to go on after a divergence: from the last good checkpoint with a lower learning rate."""
-    if last_good is None:
-        return "no checkpoint was written before it diverged: start again with a lower train.optim.lr"
-    return (f"the last good checkpoint is {last_good}; to go on from it with a lower learning rate, run the same "
-            f"command with resume={last_good} train.optim.lr=<lower>")

@@ -1,7 +1,14 @@
 """The budget clock: wall time spent training, carried across resumes."""
 
 import contextlib
+import os
 import time
+from typing import Callable
+
+# Tests (and anyone reproducing a budget-driven run exactly) set this to a number of seconds: the clock then
+# reads simulated time on which every microbatch takes that long, so a run buys the same microbatches on any
+# machine at any load. Read here only; training itself is unchanged.
+SIMULATED_SECONDS_ENV = "CRAMMING_SIMULATED_MICROBATCH_SECONDS"
 
 
 class BudgetClock:
@@ -9,28 +16,33 @@ class BudgetClock:
 
     `elapsed_before` is the time spent by earlier runs of a resumed training. Measurement that is not
     training (the validation curve) runs inside `paused()` and is counted in `paused_seconds` instead.
+    `time_source` gives the time in seconds (time.perf_counter; see `time_source`).
     """
 
-    def __init__(self, budget_seconds: float, elapsed_before: float = 0.0):
+    def __init__(self, budget_seconds: float, elapsed_before: float = 0.0,
+                 time_source: Callable[[], float] = time.perf_counter):
         self.budget_seconds = budget_seconds
         self.elapsed_before = elapsed_before
+        self.now = time_source
         self.started = None
-        self.paused_seconds = 0.0  # this process
+        self.paused_seconds = 0.0  # this process, in wall seconds (what the summary reports)
+        self.paused_on_clock = 0.0  # the same pauses on the time source (equal, unless it is simulated)
 
     def start(self) -> None:
-        self.started = time.perf_counter()
+        self.started = self.now()
 
     @contextlib.contextmanager
     def paused(self):
-        began = time.perf_counter()
+        began, wall = self.now(), time.perf_counter()
         try:
             yield
         finally:
-            self.paused_seconds += time.perf_counter() - began
+            self.paused_on_clock += self.now() - began
+            self.paused_seconds += time.perf_counter() - wall
 
     @property
     def elapsed(self) -> float:
-        running = time.perf_counter() - self.started - self.paused_seconds if self.started is not None else 0.0
+        running = self.now() - self.started - self.paused_on_clock if self.started is not None else 0.0
         return self.elapsed_before + running
 
     @property
@@ -43,3 +55,13 @@ class BudgetClock:
 
     def expired(self) -> bool:
         return self.elapsed >= self.budget_seconds
+
+
+def time_source(progress) -> Callable[[], float]:
+    """time.perf_counter; with CRAMMING_SIMULATED_MICROBATCH_SECONDS=<s>, s seconds per microbatch trained
+    (progress.microbatches, which counts this rank's microbatches including those before a resume)."""
+    seconds = os.environ.get(SIMULATED_SECONDS_ENV)
+    if not seconds:
+        return time.perf_counter
+    per_microbatch = float(seconds)
+    return lambda: progress.microbatches * per_microbatch

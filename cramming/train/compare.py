@@ -4,7 +4,6 @@ The question a user asks when a run does not reproduce another: which setting, w
 dataset changed, and where do the curves part.
 """
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from cramming.errors import CrammingError
+from cramming.files import read_json_object
 from cramming.runs import run_checkpoint
 from cramming.train.plots import plot_comparison
 from cramming.train.summary import read_records
@@ -34,9 +34,9 @@ def read_run(run_dir: Path) -> RunRecord:
     config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
     provenance = None
     if (run_dir / "summary.json").is_file():
-        provenance = json.loads((run_dir / "summary.json").read_text()).get("provenance")
+        provenance = read_json_object(run_dir / "summary.json").get("provenance")
     elif checkpoint := run_checkpoint(run_dir):
-        provenance = json.loads((checkpoint / "config.json").read_text()).get("provenance")
+        provenance = read_json_object(checkpoint / "config.json").get("provenance")
     return RunRecord(run_dir, config, provenance, read_records(run_dir / "metrics.jsonl"))
 
 

@@ -4,11 +4,11 @@ lost, and its resume charges that time to the budget."""
 
 import json
 import logging
-import os
 from pathlib import Path
 
 import torch
 
+from cramming.files import write_atomically
 from cramming.train.callbacks import Callback
 from cramming.train.state import Progress, TrainState
 
@@ -40,9 +40,7 @@ class Heartbeat(Callback):
 
     def _beat(self, state: TrainState) -> None:
         self.written_at = state.clock.elapsed
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"elapsed": round(self.written_at, 3), "step": state.progress.step}))
-        os.replace(tmp, self.path)
+        write_atomically(self.path, json.dumps({"elapsed": round(self.written_at, 3), "step": state.progress.step}))
 
 
 def charge_lost_time(run_dir: Path, progress: Progress) -> float:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from cramming.files import write_atomically
 from cramming.hardware import model_flops_utilization
 from cramming.train.callbacks import Callback
 from cramming.train.state import TrainState
@@ -32,7 +33,8 @@ def format_duration(seconds: float) -> str:
 
 
 class MetricsLog:
-    """Appends records to metrics.jsonl (rank 0 only); on resume drops records past the checkpoint."""
+    """Appends records to metrics.jsonl (rank 0 only); on resume drops records past the checkpoint, in an
+    atomic rewrite: a kill during it leaves the old file, never an empty one."""
 
     def __init__(self, path: Path, resume_step: int | None, tokens: int, flops_per_token: float,
                  peak_tflops: float | None):
@@ -44,7 +46,7 @@ class MetricsLog:
             if len(records) < len(path.read_text().splitlines()):
                 log.warning("%s: dropped its torn last line (the run was killed while writing it)", path)
             kept = [record for record in records if record["step"] <= resume_step]
-            path.write_text("".join(json.dumps(record) + "\n" for record in kept))
+            write_atomically(path, "".join(json.dumps(record) + "\n" for record in kept))
         self.last_time = time.perf_counter()
         self.last_tokens = tokens
 
@@ -96,9 +98,7 @@ class MetricsLog:
         if not records:  # a resume of a checkpoint whose run left no records, with no step since
             return
         records[-1].update({key: finite(value) for key, value in extra.items()})
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(record) + "\n" for record in records))
-        tmp.replace(self.path)
+        write_atomically(self.path, "".join(json.dumps(record) + "\n" for record in records))
 
 
 _CONSOLE = (("gpu_util", "GPU {:.0f}%"), ("gpu_mem_gb", "{:.1f} GiB"), ("gpu_temp_c", "{:.0f}°C"),

@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from cramming.data.mlm import synthetic_mlm_batch
 from cramming.errors import CrammingError
+from cramming.files import read_json_object, write_atomically
 from cramming.runtime import Precision
 from cramming.train.distributed import Distributed
 from cramming.train.settings import Settings
@@ -75,18 +76,33 @@ def cache_key(device: torch.device, arch: dict, seq_length: int, precision: str,
 def cached_search(cache_dir: Path, key: str, search: Callable[[], tuple[int, list]]) -> tuple[int, str]:
     """The cached microbatch for `key`, or the result of `search()`, then stored. Returns (size, source)."""
     path = cache_dir / CACHE_FILE
-    entries = json.loads(path.read_text()) if path.exists() else {}
+    entries = _cached_entries(path)
     if key in entries:
         log.info("microbatch %d (cached in %s)", entries[key]["microbatch_size"], path)
         return entries[key]["microbatch_size"], "cache"
     size, trials = search()
     entries[key] = {"microbatch_size": size, "trials": trials}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(entries, indent=1))
-    tmp.replace(path)
+    write_atomically(path, json.dumps(entries, indent=1))
     log.info("microbatch %d (searched; cached in %s)", size, path)
     return size, "search"
+
+
+def _cached_entries(path: Path) -> dict:
+    """The cache's entries; a damaged cache (truncated, corrupted, of another shape) is searched anew and
+    rewritten, as a missing one is."""
+    if not path.exists():
+        return {}
+    try:
+        entries = read_json_object(path)
+        for entry in entries.values():
+            if not (isinstance(entry, dict) and isinstance(entry.get("microbatch_size"), int)
+                    and entry["microbatch_size"] >= 1):
+                raise CrammingError(f"{path}: an entry is not a microbatch size")
+    except CrammingError as problem:
+        log.warning("%s; searching again", problem)
+        return {}
+    return entries
 
 
 def cuda_step(model: torch.nn.Module, seq_length: int, vocab_size: int, mlm_rate: float, precision: Precision,

@@ -18,12 +18,13 @@ log = logging.getLogger("pretrain")
 
 
 class NonFiniteLossError(CrammingError):
-    """Too many non-finite losses in a row: the run stops (after writing its summary)."""
+    """Too many non-finite steps (loss or gradient norm) in a row: the run stops (after writing its summary)."""
 
 
 class TrainStep:
     """Gradients of state.accumulate microbatches, synchronized across ranks once (on the last), then the
-    update. A non-finite loss skips the update and is counted; `max_nonfinite_steps` in a row stop the run.
+    update. A non-finite loss or gradient norm skips the update and is counted; `max_nonfinite_steps` in a row
+    stop the run.
 
     If a budget-driven run's clock expires mid-step, the step is taken with the microbatches done so far:
     their gradients (and loss) are rescaled to a mean over that smaller batch, so no compute is wasted.
@@ -101,27 +102,37 @@ class TrainStep:
                 parameter.grad.mul_(state.accumulate / done)
 
     def _apply(self, state: TrainState, step_loss: torch.Tensor) -> bool:
-        """Unscale, clip and update; False when a non-finite loss skipped the update."""
-        progress, optimizer = state.progress, state.optimizer
+        """Unscale, clip and update; False when a non-finite loss or gradient norm skipped the update."""
+        optimizer = state.optimizer
         if not torch.isfinite(step_loss):  # waits for the step's forward and backward
-            optimizer.zero_grad(set_to_none=True)
-            progress.nonfinite_total += 1
-            progress.nonfinite_in_a_row += 1
-            log.warning("step %d: non-finite loss, step skipped (%d in a row)", progress.step + 1,
-                        progress.nonfinite_in_a_row)
-            if progress.nonfinite_in_a_row >= self.max_nonfinite_steps:
-                raise NonFiniteLossError(
-                    f"{progress.nonfinite_in_a_row} non-finite losses in a row at step {progress.step + 1}: the run "
-                    "diverged and stopped"
-                )
-            return False
-        progress.nonfinite_in_a_row = 0
+            return self._skip(state, "loss")
         self.scaler.unscale_(optimizer)
         # The norm before clipping, for the metrics record (left on the device: reading it would wait).
         state.grad_norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), self.grad_clip or float("inf"))
+        # A finite loss can still have non-finite gradients (weights near overflow): the update would write
+        # NaN into the weights. Under fp16 loss scaling the scaler skips such a step itself and lowers its
+        # scale, as it routinely does; without it, the step is skipped and counted here.
+        if not self.scaler.is_enabled() and not torch.isfinite(state.grad_norm):
+            return self._skip(state, "gradient norm")
+        state.progress.nonfinite_in_a_row = 0
         self.callbacks.before_optimizer_step(state)
         self.scaler.step(optimizer)
         self.scaler.update()
         self.callbacks.after_optimizer_step(state)
         optimizer.zero_grad(set_to_none=True)
         return True
+
+    def _skip(self, state: TrainState, what: str) -> bool:
+        """Drop the step's gradients and count it; `max_nonfinite_steps` in a row stop the run."""
+        progress = state.progress
+        state.optimizer.zero_grad(set_to_none=True)
+        progress.nonfinite_total += 1
+        progress.nonfinite_in_a_row += 1
+        log.warning("step %d: non-finite %s, step skipped (%d in a row)", progress.step + 1, what,
+                    progress.nonfinite_in_a_row)
+        if progress.nonfinite_in_a_row >= self.max_nonfinite_steps:
+            raise NonFiniteLossError(
+                f"{progress.nonfinite_in_a_row} non-finite steps in a row at step {progress.step + 1}: the run "
+                "diverged and stopped"
+            )
+        return False

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from cramming.errors import CrammingError
+from cramming.files import write_atomically
 from cramming.hardware import model_flops_utilization
 
 SMOOTHING_FRACTION = 0.1  # smoothed loss: mean of the records in the last 10% of the steps
@@ -25,10 +26,14 @@ def read_records(path: Path) -> list[dict]:
     records = []
     for number, line in enumerate(lines, start=1):
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
-            if number < len(lines):
-                raise CrammingError(f"{path}, line {number}: not a JSON record") from None
+            record = None
+            if number == len(lines):
+                continue
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise CrammingError(f"{path}, line {number}: not a JSON record of a step")
+        records.append(record)
     return records
 
 
@@ -140,6 +145,4 @@ def build_summary(*, records: list[dict], stop_reason: str, progress: dict, budg
 
 
 def write_summary(path: Path, summary: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")  # strict JSON: no bare NaN
-    tmp.replace(path)
+    write_atomically(path, json.dumps(summary, indent=2, allow_nan=False) + "\n")  # strict JSON: no bare NaN

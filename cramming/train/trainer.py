@@ -20,17 +20,19 @@ from cramming.data.prepare import prepare_dataset
 from cramming.data.store import PreparedDataset
 from cramming.data.stream import Microbatches
 from cramming.data.tokenizer import as_transformers_tokenizer, load_tokenizer
+from cramming.files import write_atomically
 from cramming.hardware import budget_seconds
 from cramming.model import build_mlm_model, training_flops_per_token
 from cramming.provenance import config_sha256, provenance
 from cramming.runs import FINAL, new_run_dir, resolve_checkpoint
 from cramming.runtime import deterministic_algorithms, prepare_device
 from cramming.train.callbacks import Callback, CallbackList
-from cramming.train.checkpoint import (Checkpointer, NonFiniteWeightsError, load_state, restore, resume_advice,
+from cramming.train.checkpoint import (Checkpointer, NonFiniteWeightsError, load_state, restore,
                                        resume_fingerprint)
 from cramming.train.activation_checkpointing import checkpoint_activations
-from cramming.train.clock import BudgetClock
+from cramming.train.clock import BudgetClock, time_source
 from cramming.train.distributed import Distributed
+from cramming.train.divergence import resume_advice
 from cramming.train.heartbeat import Heartbeat, charge_lost_time
 from cramming.train.interrupt import Interrupted
 from cramming.train.low_precision import check_on_device, convert_to_fp8, offload
@@ -61,6 +63,8 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
     resolve_optim(cfg)
     check_train_config(cfg)
     dist = Distributed.from_env(device_type(cfg))
+    if not dist.is_main:  # rank 0 tells the story once; the other ranks speak up only with a warning
+        log.setLevel(logging.WARNING)
     try:
         with deterministic_algorithms(cfg.impl.deterministic):
             return _pretrain(cfg, dist, list(callbacks))
@@ -115,7 +119,7 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     if settings.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(settings.device)  # the peak of training, not of the search
 
-    clock = BudgetClock(wall_budget, progress.elapsed)
+    clock = BudgetClock(wall_budget, progress.elapsed, time_source(progress))
     state = TrainState(model, optimizer, progress, clock, run_dir, settings.device, tokenizer)
     sequences = settings.microbatch_size * dist.world_size  # per global microbatch
     microbatches = Microbatches(dataset, settings.microbatch_size, dist.rank, dist.world_size,
@@ -153,10 +157,8 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
                                        sequences * seq_length)
         except (NonFiniteLossError, NonFiniteWeightsError) as error:
             stop_reason = "non-finite"
-            if isinstance(error, NonFiniteWeightsError):
-                raise
             checkpointer.discard_unconfirmed()
-            raise NonFiniteLossError(f"{error}; {resume_advice(checkpointer.last_good)}") from None
+            raise type(error)(f"{error}; {resume_advice(checkpointer.last_good, cfg)}") from None
         except KeyboardInterrupt:
             stop_reason = "interrupted"
             raise
@@ -212,7 +214,7 @@ def _run_directory(cfg, dist: Distributed, checkpoint: Path | None, progress: Pr
             run_dir = new_run_dir(cfg.output_dir, cfg.name)
             if checkpoint is not None:
                 earlier = [r for r in read_records(checkpoint.parent.parent / "metrics.jsonl") if r["step"] <= progress.step]
-                (run_dir / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in earlier))
+                write_atomically(run_dir / "metrics.jsonl", "".join(json.dumps(record) + "\n" for record in earlier))
                 log.info("resuming into a new run directory %s (the checkpoint's is outside %s)", run_dir, root)
     run_dir = Path(dist.broadcast(str(run_dir) if run_dir else None))
     progress.elapsed = dist.broadcast(progress.elapsed)  # the time charged on rank 0, on every rank

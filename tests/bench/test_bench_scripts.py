@@ -12,6 +12,13 @@ import pytest
 from tests.conftest import REPO_ROOT, SHARED_DATA
 
 
+def rounded_ratio_fits(ratio: float, top: float, bottom: float, rate_step: float, ratio_step: float) -> bool:
+    """Whether a printed ratio can be top / bottom, each of the three printed to its step (at any speed)."""
+    low = (top - rate_step / 2) / (bottom + rate_step / 2)
+    high = (top + rate_step / 2) / (bottom - rate_step / 2) if bottom > rate_step / 2 else float("inf")
+    return low - ratio_step / 2 <= ratio <= high + ratio_step / 2
+
+
 def test_glue_speed_compares_padded_and_unpadded(tmp_path):
     if not (SHARED_DATA / "glue" / "RTE").is_dir():
         pytest.skip("GLUE TSV files not found")
@@ -23,8 +30,9 @@ def test_glue_speed_compares_padded_and_unpadded(tmp_path):
         for part in ("train", "eval"):
             line = re.search(rf"^{task} {part}: padded (\d+) examples/s, unpadded (\d+) examples/s, ([\d.]+)x$",
                              run.stdout, re.M)
-            assert line and int(line[1]) > 0 and int(line[2]) > 0, run.stdout
-            assert float(line[3]) == pytest.approx(int(line[2]) / int(line[1]), rel=0.02)
+            assert line, run.stdout
+            # the rates are printed to whole examples/s and the ratio to 0.01, whatever the machine's speed
+            assert rounded_ratio_fits(float(line[3]), int(line[2]), int(line[1]), rate_step=1.0, ratio_step=0.01)
 
 
 def test_prepare_benchmark_prints_the_ratio_to_bare_encoding(tmp_path, cache_dir):
@@ -41,7 +49,7 @@ def test_prepare_benchmark_prints_the_ratio_to_bare_encoding(tmp_path, cache_dir
                     run.stdout, re.M)
     assert row, run.stdout
     prepare_s, bare_s, ratio = float(row[2]), float(row[4]), float(row[6])
-    assert prepare_s > 0 and bare_s > 0 and ratio == pytest.approx(prepare_s / bare_s, rel=0.2)  # walls shown to 0.1 s
+    assert rounded_ratio_fits(ratio, prepare_s, bare_s, rate_step=0.1, ratio_step=0.01)  # walls shown to 0.1 s
     assert int(row[3]) > 0 and int(row[5]) > 0  # peak RSS of each process
 
 

@@ -5,9 +5,12 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
+from cramming.data import store
 from tests.conftest import REPO_ROOT
+from tests.train.runs import STEP_RUN
 
 SCRIPT = REPO_ROOT / "scripts" / "prepare_data.py"
 
@@ -40,7 +43,41 @@ def test_two_preparations_in_two_processes_give_the_same_dataset(tmp_path):
         assert run.returncode == 0, run.stderr
         (meta,) = (tmp_path / cache / "data").glob("*/meta.json")
         digests.append(json.loads(meta.read_text())["sha256"])
-    assert digests[0] == digests[1] and set(digests[0]) == {"rows.bin", "order.npy", "tokenizer.json"}
+    assert digests[0] == digests[1]
+    assert set(digests[0]) == {"rows.bin", "order.npy", "token_counts.npy", "tokenizer.json"}
+
+
+def test_a_changed_meta_json_is_rebuilt_not_trusted(cache_dir):
+    """A meta.json whose vocab_size no longer fits the rows once made pretrain.py die in the embedding with a
+    traceback: it is covered by its own SHA-256 now, and the dataset is rebuilt."""
+    assert prepare("data=embedded").returncode == 0
+    (meta_path,) = (cache_dir / "data").glob("*/meta.json")
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "vocab_size": 16}, indent=2))
+    again = prepare("data=embedded")
+    assert again.returncode == 0 and "prepared now" in again.stdout
+    assert "meta.json does not match the SHA-256 recorded when it was prepared" in again.stdout + again.stderr
+    assert json.loads(meta_path.read_text())["vocab_size"] == meta["vocab_size"]
+
+
+@pytest.mark.parametrize("damage", ["consistent meta.json", "token_counts.npy"])
+def test_any_changed_file_of_a_prepared_dataset_is_rebuilt_before_training(cache_dir, damage):
+    """Every file is covered, token_counts.npy too; a meta.json changed along with its own checksum still
+    has to fit the rows (every token id below its vocab_size) before training."""
+    assert prepare("data=embedded").returncode == 0
+    (directory,) = (path.parent for path in (cache_dir / "data").glob("*/meta.json"))
+    if damage == "token_counts.npy":
+        counts = np.load(directory / "token_counts.npy")
+        np.save(directory / "token_counts.npy", counts[::-1].copy())  # same size, other content
+        message = "token_counts.npy does not match the SHA-256 recorded when it was prepared"
+    else:
+        meta = {**json.loads((directory / "meta.json").read_text()), "vocab_size": 16}
+        (directory / "meta.json").write_text(json.dumps({**meta, "meta_sha256": store.meta_sha256(meta)}))
+        message = "holds token id"
+    run = subprocess.run([sys.executable, str(REPO_ROOT / "pretrain.py"), *STEP_RUN, "train.max_steps=1",
+                          f"output_dir={cache_dir.parent / 'runs'}"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+    assert message in run.stdout + run.stderr and "rebuilding it" in run.stdout + run.stderr
 
 
 def test_real_gutenberg_shard_with_an_unquoted_glob(cache_dir, gutenberg_valid):

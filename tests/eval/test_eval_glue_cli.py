@@ -63,3 +63,25 @@ def test_missing_checkpoint_argument_ends_in_one_line(tmp_path):
     run = _eval_glue(f"output_dir={tmp_path}", timeout=120)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1] == "error: ckpt is required: add ckpt=... to the command"
+
+
+@pytest.mark.parametrize(("task", "folder", "bad", "message"), [
+    ("stsb", "STS-B", "1e9", "label '1e9' is not a score between 0 and 5"),
+    ("stsb", "STS-B", "-5", "label '-5' is not a score between 0 and 5"),
+    ("rte", "RTE", "maybe", "label 'maybe' is not entailment or not_entailment"),
+])
+def test_an_out_of_range_label_is_a_one_line_error_naming_file_line_and_value(rte_checkpoint, tmp_path, task,
+                                                                              folder, bad, message):
+    """STS-B dev scores of 1e9 and -5 were once scored ("stsb pearson 2.34"), with exit code 0."""
+    data = tmp_path / "glue"
+    (data / folder).mkdir(parents=True)
+    (data / folder / "train.tsv").write_text((GLUE_DIR / folder / "train.tsv").read_text(encoding="utf-8"))
+    rows = (GLUE_DIR / folder / "dev.tsv").read_text(encoding="utf-8").split("\n")
+    for line in (2, 3):  # two bad rows: more than eval.max_malformed_fraction tolerates in a dev file
+        fields = rows[line - 1].split("\t")
+        rows[line - 1] = "\t".join([*fields[:-1], bad])
+    (data / folder / "dev.tsv").write_text("\n".join(rows))
+    run = _eval_glue(f"ckpt={rte_checkpoint}", f"eval.tasks=[{task}]", f"eval.data_dir={data}", "eval.epochs=1",
+                     "eval.max_train_examples=16", f"output_dir={tmp_path / 'out'}")
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith(f"error: {data / folder / 'dev.tsv'}, line 2: {message}")

@@ -133,6 +133,21 @@ def test_hub_splits_map_the_hub_columns(monkeypatch):
     assert (data.train.text_a, data.train.text_b, data.train.labels) == (["p"], ["h"], [2])
 
 
+@pytest.mark.parametrize(("task", "label", "message"), [
+    ("rte", 7, "nyu-mll/glue/rte:train, row 1: label 7 is out of range for rte"),
+    ("stsb", 5.5, "nyu-mll/glue/stsb:train, row 1: label 5.5 is out of range for stsb"),
+])
+def test_hub_labels_out_of_range_are_an_error(monkeypatch, task, label, message):
+    import datasets
+
+    def fake_load_dataset(path, name, split):
+        return datasets.Dataset.from_dict({"sentence1": ["a", "b"], "sentence2": ["c", "d"], "label": [0, label]})
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    with pytest.raises(CrammingError, match=message):
+        load_task(TASKS[task], None, 0.001)
+
+
 def test_unreachable_hub_means_missing(monkeypatch):
     import datasets
 

@@ -26,7 +26,8 @@ def test_every_option_is_paired():
 
 
 @pytest.mark.parametrize(("name", "schedule"), PAIRS)
-def test_each_optimizer_and_schedule_trains_under_the_budget_clock(cache_dir, tmp_path, name, schedule):
+def test_each_optimizer_and_schedule_trains_under_the_budget_clock(cache_dir, tmp_path, simulated_clock, name,
+                                                                   schedule):
     overrides = ["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t", "budget=0.0006",
                  "impl.microbatch_size=16", "train.batch_size=64", f"output_dir={tmp_path}", "logging.every_steps=1",
                  f"train.optim.name={name}", f"train.lr_schedule={schedule}"]

@@ -30,7 +30,7 @@ def pretrain(*overrides: str, launcher=(sys.executable,), wait=True):
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=os.environ.copy())
 
 
-def test_budget_run_finishes_on_time_and_leaves_its_outputs(cache_dir, tmp_path):
+def test_budget_run_finishes_on_time_and_leaves_its_outputs(cache_dir, tmp_path, simulated_clock):
     budget_hours = 0.002  # 7.2 s
     run = pretrain(*TINY_RUN, f"budget={budget_hours}", f"output_dir={tmp_path}", "logging.every_steps=1")
     assert run.returncode == 0, run.stderr
@@ -87,7 +87,7 @@ def png_size(path: Path) -> tuple[int, int]:
     return width, height
 
 
-def test_quickstart_leaves_summary_plots_and_a_wandb_run_and_two_runs_overlay(cache_dir, tmp_path):
+def test_quickstart_leaves_summary_plots_and_a_wandb_run_and_two_runs_overlay(cache_dir, tmp_path, simulated_clock):
     budget_hours = 0.001  # 3.6 s
     run = pretrain("--config-name", "quickstart", "wandb=offline", f"budget={budget_hours}",
                    f"output_dir={tmp_path}", "logging.every_steps=1")
@@ -125,7 +125,7 @@ def test_quickstart_leaves_summary_plots_and_a_wandb_run_and_two_runs_overlay(ca
     assert all(r["grad_norm"] > 0 and 0 <= r["clipped_fraction"] <= 1 for r in lines)  # every logging step
     shares = facts["time_shares"]  # after the first step: inside the step, waiting for data, around it
     assert shares["step"] + shares["data"] + shares["around"] == pytest.approx(1, abs=1e-3)
-    assert shares["step"] > 0.8 and 0 <= shares["around"] < 0.1 and shares["seconds"] > 0
+    assert set(shares) == {"step", "data", "around", "seconds"}  # their values: test_summary.py (no speed here)
     panels = {"loss": 2, "schedules": 2, "gradients": 2, "throughput": 1, "hardware": 2}  # no MFU panel: no peak
     assert {path.stem: png_size(path) for path in (run_dir / "plots").glob("*.png")} == {
         name: (550 * count, 400) for name, count in panels.items()}
@@ -164,7 +164,7 @@ def test_nonfinite_losses_are_skipped_then_stop_the_run(cache_dir, tmp_path):
         pretrain_in_process(cfg, callbacks=[PoisonedLoss(lambda step: step in (2, 3) or step >= 6)])
     run_dir = only_run(tmp_path)
     good = run_dir / "checkpoints" / "step-00000004"
-    assert str(stopped.value).startswith("3 non-finite losses in a row at step 8: the run diverged and stopped; "
+    assert str(stopped.value).startswith("3 non-finite steps in a row at step 8: the run diverged and stopped; "
                                          f"the last good checkpoint is {good}; to go on from it")
     # a checkpoint counts once a step on its weights had a finite loss: step 4's did (step 5); step 5's did not
     # (step 6), so it is removed; none is written while losses are non-finite

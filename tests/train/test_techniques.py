@@ -54,7 +54,8 @@ def plain_run(tmp_path_factory):
 
 
 @pytest.mark.parametrize("techniques", UNDER_THE_CLOCK)
-def test_the_techniques_train_the_quick_start_under_the_budget_clock(cache_dir, tmp_path, techniques):
+def test_the_techniques_train_the_quick_start_under_the_budget_clock(cache_dir, tmp_path, simulated_clock,
+                                                                     techniques):
     overrides = [*UNDER_THE_CLOCK[techniques], "budget=0.001", "impl.microbatch_size=16", "train.batch_size=16",
                  f"output_dir={tmp_path}", "logging.every_steps=1"]
     with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base="1.3"):

@@ -1,0 +1,48 @@
+"""Rewriting a file that holds results without ever leaving it empty or half-written, and reading one back
+without trusting it blindly.
+
+A plain `Path.write_text` truncates first: a kill (SIGKILL, power loss) between the truncation and the last
+write loses the file's old content and its new one. Here the new content goes to a temporary file beside
+it, reaches the disk (fsync), and only then takes the file's name (an atomic rename on POSIX).
+"""
+
+import json
+import os
+from pathlib import Path
+
+from cramming.errors import CrammingError
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace path's content with text: a reader (or a crash) sees the old file or the new one, never a mix."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as error:  # named after the file the user knows, not the temporary one
+        tmp.unlink(missing_ok=True)
+        raise OSError(error.errno, error.strerror, str(path)) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the rename itself survives a power loss
+    finally:
+        os.close(directory)
+
+
+def read_json_object(path: Path) -> dict:
+    """A JSON object this project wrote, read back: one truncated, corrupted or replaced by another kind of
+    value is a CrammingError naming the file, never a traceback or a silently wrong reading."""
+    try:
+        value = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CrammingError(f"{path} is corrupt ({error}): it was truncated or changed") from None
+    if not isinstance(value, dict):
+        raise CrammingError(f"{path} holds a JSON {type(value).__name__}, not an object: it was changed or damaged")
+    return value

@@ -6,8 +6,8 @@ from typing import Optional
 
 from cramming.eval.metrics import PROTOCOL_NUMBERS, format_scores
 from cramming.eval.multiple_choice import MAIN_METRIC as BEYOND_GLUE
-from cramming.files import write_atomically
 from cramming.eval.parameter_efficient import FULL_FINE_TUNING
+from cramming.files import write_atomically
 
 # Published GLUE dev scores under the same protocol (DESIGN.md section 3), in table order:
 # MNLI-m, MNLI-mm, SST-2, STSB, RTE, QNLI, QQP, MRPC, CoLA, average.

@@ -21,6 +21,10 @@ def check_data_config(cfg: DataConfig) -> None:
         (cfg.ordering in ORDERINGS, f"data.ordering={cfg.ordering!r} is unknown; choose one of {', '.join(ORDERINGS)}"),
         (tokenizer.kind in TOKENIZER_KINDS,
          f"data.tokenizer.kind={tokenizer.kind!r} is unknown; choose one of {', '.join(TOKENIZER_KINDS)}"),
+        (tokenizer.kind != "pretrained" or bool(tokenizer.name),
+         "data.tokenizer.kind=pretrained needs data.tokenizer.name=<a hub id such as bert-base-uncased, or a folder>"),
+        (tokenizer.kind == "pretrained" or tokenizer.name is None,
+         f"data.tokenizer.name={tokenizer.name} is read only with data.tokenizer.kind=pretrained"),
         (len(SPECIAL_TOKENS) < tokenizer.vocab_size <= MAX_VOCAB_SIZE,
          f"data.tokenizer.vocab_size={tokenizer.vocab_size} must be between {len(SPECIAL_TOKENS) + 1} and "
          f"{MAX_VOCAB_SIZE} (rows are stored as uint16)"),

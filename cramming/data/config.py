@@ -36,7 +36,10 @@ class FilterConfig:
 
 @dataclass
 class TokenizerConfig:
-    kind: str = "wordpiece"  # wordpiece | bpe | unigram
+    # wordpiece | bpe | unigram (trained on the corpus) | pretrained (`name`'s tokenizer: its vocabulary and
+    # normalization; vocab_size, min_frequency, train_sample_mb and data.normalize then do not apply)
+    kind: str = "wordpiece"
+    name: Optional[str] = None  # kind=pretrained: a hub id (e.g. bert-base-uncased) or a local tokenizer folder
     vocab_size: int = 32768
     min_frequency: int = 2
     train_sample_mb: float = 16.0  # the tokenizer is trained on the first this-many MB of kept text

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 from omegaconf import OmegaConf
+from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from cramming.data import store
@@ -30,6 +31,7 @@ from cramming.data.filters import DocumentFilter, median_tokens_per_char, trash_
 from cramming.data.mixture import Mixture
 from cramming.data.ordering import row_order, sentence_end_ids
 from cramming.data.packing import RowWriter, TextBatch, documents_to_stream
+from cramming.data.pretrained_tokenizer import pretrained_tokenizer, tokenizer_sha256
 from cramming.data.sources import Document, Source
 from cramming.data.tokenizer import SEP_ID, train_tokenizer
 from cramming.errors import CrammingError
@@ -50,7 +52,11 @@ def prepare_dataset(cfg: DataConfig, cache_dir: str, verify: bool = True) -> tup
     """
     check_data_config(cfg)
     source = Source.from_config(cfg)
-    final_dir = store.dataset_dir(cache_dir, cfg, store.cache_key(cfg, source.fingerprint()))
+    fingerprint, pretrained = source.fingerprint(), None
+    if cfg.tokenizer.kind == "pretrained":  # its files are part of what the dataset is made of
+        pretrained = pretrained_tokenizer(cfg.tokenizer.name)
+        fingerprint = {**fingerprint, "tokenizer_sha256": tokenizer_sha256(pretrained)}
+    final_dir = store.dataset_dir(cache_dir, cfg, store.cache_key(cfg, fingerprint))
     if (final_dir / store.META_FILE).exists():
         try:
             dataset = store.PreparedDataset.open(final_dir, verify_hashes=verify and final_dir not in VERIFIED)
@@ -65,7 +71,7 @@ def prepare_dataset(cfg: DataConfig, cache_dir: str, verify: bool = True) -> tup
     store.remove_stale_builds(final_dir)
     tmp = store.temporary_dir(final_dir)
     try:
-        meta = _build(cfg, source, tmp)
+        meta = _build(cfg, source, tmp, pretrained)
         (tmp / store.META_FILE).write_text(json.dumps(meta, indent=2))
         store.publish(tmp, final_dir)
     finally:
@@ -148,16 +154,21 @@ def _finished(item):
     return batch, encodings.result()
 
 
-def _build(cfg: DataConfig, source: Source, out: Path) -> dict:
+def _build(cfg: DataConfig, source: Source, out: Path, pretrained: Tokenizer | None) -> dict:
+    """pretrained: the tokenizer of data.tokenizer.kind=pretrained; None trains one on the corpus."""
     started = time.perf_counter()
-    log.info("training a %s tokenizer (vocabulary %d) on up to %.0f MB of text",
-             cfg.tokenizer.kind, cfg.tokenizer.vocab_size, cfg.tokenizer.train_sample_mb)
+    if pretrained is None:
+        log.info("training a %s tokenizer (vocabulary %d) on up to %.0f MB of text",
+                 cfg.tokenizer.kind, cfg.tokenizer.vocab_size, cfg.tokenizer.train_sample_mb)
+    else:
+        log.info("tokenizer %s: vocabulary %d and its own normalization (data.tokenizer.vocab_size, min_frequency, "
+                 "train_sample_mb and data.normalize do not apply)", cfg.tokenizer.name, pretrained.get_vocab_size())
     sample_filter = DocumentFilter(cfg.filter, cfg.max_doc_chars)
     sample = _tokenizer_sample(cfg, source, sample_filter)
     if not sample.lines:  # say so now, not as a vocabulary the empty sample cannot support
         raise CrammingError(f"no documents left after filtering ({_dropped_summary(sample_filter.counts)})")
     del sample_filter  # and its near-duplicate index
-    tokenizer = train_tokenizer(sample.lines, cfg.tokenizer, cfg.normalize)
+    tokenizer = pretrained or train_tokenizer(sample.lines, cfg.tokenizer, cfg.normalize)
     tokenizer.save(str(out / store.TOKENIZER_FILE))
     median_ratio = _median_ratio(tokenizer, sample) if cfg.filter.trash_cutoff_scaling == "median" else None
     cutoff = trash_cutoff(cfg.filter, median_ratio)

@@ -23,6 +23,7 @@ EXECUTION_ONLY_KEYS = ("batch_mb",)  # change how fast, not what is produced
 # the key while at that value, so the datasets prepared before them still match.
 LATER_FILTER_KEYS = {"near_dedup_threshold": None, "trash_cutoff_scaling": "none"}
 LATER_DATA_KEYS = {"sources": []}
+LATER_TOKENIZER_KEYS = {"name": None}
 ROWS_FILE, ORDER_FILE, COUNTS_FILE, TOKENIZER_FILE, META_FILE = (
     "rows.bin",
     "order.npy",
@@ -38,7 +39,8 @@ def cache_key(cfg: DataConfig, source_fingerprint: dict) -> str:
     settings = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
     for key in EXECUTION_ONLY_KEYS:
         settings.pop(key)
-    for group, later in ((settings["filter"], LATER_FILTER_KEYS), (settings, LATER_DATA_KEYS)):
+    for group, later in ((settings["filter"], LATER_FILTER_KEYS), (settings, LATER_DATA_KEYS),
+                         (settings["tokenizer"], LATER_TOKENIZER_KEYS)):
         for key, earlier_output in later.items():
             if group[key] == earlier_output:
                 group.pop(key)

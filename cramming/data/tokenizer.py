@@ -1,4 +1,5 @@
-"""Train, save and load the corpus tokenizer (WordPiece, BPE or Unigram) with fixed special-token ids."""
+"""Train, save and load the corpus tokenizer (WordPiece, BPE or Unigram) with fixed special-token ids (a
+pretrained one: cramming.data.pretrained_tokenizer)."""
 
 import json
 from collections.abc import Iterable
@@ -14,7 +15,8 @@ from cramming.errors import CrammingError
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(SPECIAL_TOKENS))
 MAX_VOCAB_SIZE = 2**16  # rows are stored as uint16
-TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram")
+TRAINED_KINDS = ("wordpiece", "bpe", "unigram")  # trained on the corpus
+TOKENIZER_KINDS = (*TRAINED_KINDS, "pretrained")  # pretrained: cramming.data.pretrained_tokenizer
 CONTINUING_PREFIX = "##"  # marks a token that continues a word (WordPiece, and our BPE)
 UNIGRAM_SCORE_DIGITS = 6
 
@@ -40,7 +42,7 @@ def _untrained_tokenizer(cfg: TokenizerConfig, normalize_cfg: NormalizeConfig) -
     elif cfg.kind == "unigram":
         tokenizer = Tokenizer(models.Unigram())
     else:
-        raise CrammingError(f"data.tokenizer.kind={cfg.kind!r} is unknown; choose one of {', '.join(TOKENIZER_KINDS)}")
+        raise CrammingError(f"data.tokenizer.kind={cfg.kind!r} cannot be trained; choose one of {', '.join(TRAINED_KINDS)}")
     metaspace = cfg.kind == "unigram"
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace() if metaspace else pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.Metaspace() if metaspace else decoders.WordPiece()
@@ -116,7 +118,11 @@ def train_tokenizer(texts: Iterable[str], tokenizer_cfg: TokenizerConfig, normal
             f"data.tokenizer.vocab_size={tokenizer_cfg.vocab_size}: use more text "
             f"(data.tokenizer.train_sample_mb, more files) or a smaller vocabulary"
         )
-    # Pretraining rows are packed without these; GLUE inputs get [CLS] a [SEP] b [SEP].
+    return with_pair_template(tokenizer)
+
+
+def with_pair_template(tokenizer: Tokenizer) -> Tokenizer:
+    """Pretraining rows are packed without these; GLUE inputs get [CLS] a [SEP] b [SEP]."""
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
         pair="[CLS] $A [SEP] $B:1 [SEP]:1",

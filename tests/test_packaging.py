@@ -53,7 +53,6 @@ def test_importing_the_model_does_not_import_transformers():
     assert run.returncode == 0, run.stderr
 
 
-@pytest.mark.slow
 def package_directories() -> list[str]:
     """The site-packages directories this interpreter imports from, whether it runs from a venv, a conda env
     or the system's. `venv --system-site-packages` would give a nested venv the *base* interpreter's, which
@@ -62,6 +61,7 @@ def package_directories() -> list[str]:
     return [path for path in sys.path if Path(path).name in ("site-packages", "dist-packages") and Path(path).is_dir()]
 
 
+@pytest.mark.slow
 def test_a_wheel_installed_in_a_fresh_venv_runs_the_quick_start_outside_the_checkout(tmp_path, simulated_clock):
     source = tmp_path / "source"  # setuptools builds inside the source tree: keep the checkout clean
     source.mkdir()
@@ -81,16 +81,18 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_the_quick_start_outside_the_chec
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     (site_packages,) = venv.glob("lib/python*/site-packages")
     (site_packages / "this-interpreters-packages.pth").write_text("\n".join(package_directories()) + "\n")
+    # without the checkout on PYTHONPATH (tests/conftest.py puts it there): pip would take its egg-info for
+    # an installed cramming and install nothing
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env["CRAMMING_CACHE"] = str(tmp_path / "cache")
     installed = subprocess.run([venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                                str(wheel)], capture_output=True, text=True, timeout=300)
+                                str(wheel)], capture_output=True, text=True, timeout=300, env=env)
     assert installed.returncode == 0, installed.stderr
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = {**os.environ, "CRAMMING_CACHE": str(tmp_path / "cache")}
-    env.pop("PYTHONPATH", None)
     where = subprocess.run([venv / "bin" / "python", "-c", "import cramming; print(cramming.CONFIG_DIR)"],
                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
-    assert where.stdout.strip() == str(next(venv.glob("lib/python*/site-packages")) / "cramming" / "configs")
+    assert where.stdout.strip() == str(next(venv.glob("lib/python*/site-packages")) / "cramming" / "configs"), where.stderr
     run = subprocess.run([venv / "bin" / "cramming-pretrain", "--config-name", "quickstart", "budget=0.0005"],
                          cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr

@@ -42,7 +42,7 @@ def _untrained_tokenizer(cfg: TokenizerConfig, normalize_cfg: NormalizeConfig) -
     elif cfg.kind == "unigram":
         tokenizer = Tokenizer(models.Unigram())
     else:
-        raise CrammingError(f"data.tokenizer.kind={cfg.kind!r} cannot be trained; choose one of {', '.join(TRAINED_KINDS)}")
+        raise CrammingError(f"data.tokenizer.kind={cfg.kind!r} is unknown; choose one of {', '.join(TOKENIZER_KINDS)}")
     metaspace = cfg.kind == "unigram"
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace() if metaspace else pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.Metaspace() if metaspace else decoders.WordPiece()

@@ -67,7 +67,11 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
         log.setLevel(logging.WARNING)
     try:
         with deterministic_algorithms(cfg.impl.deterministic):
-            return _pretrain(cfg, dist, list(callbacks))
+            run_dir = _pretrain(cfg, dist, list(callbacks))
+        # Ranks leave together: rank 1 finishing (and tearing down its process group) while rank 0 still wrote
+        # the final checkpoint aborted at exit under torchrun ("terminate called without an active exception")
+        dist.barrier()
+        return run_dir
     finally:
         dist.close()
 

@@ -125,6 +125,9 @@ class CheckpointConfig:
 @dataclass
 class LoggingConfig:
     every_steps: int = 10  # optimizer steps between console lines and metrics.jsonl records
+    # ... and a record at least every this fraction of training (steps, or the budget clock): a short run
+    # still draws a curve
+    every_fraction: float = 0.02
     # console: auto (a progress bar on a terminal, plain lines otherwise) | bar | lines; the log file
     # always gets the lines
     progress: str = "auto"

@@ -57,7 +57,8 @@ class MetricsLog:
     def record(self, *, step: int, microbatches: int, tokens: int, elapsed: float, remaining: float,
                budget_fraction: float, loss: float, lr: float, batch_size: int, nonfinite: int,
                grad_norm: float, clipped_fraction: float | None, telemetry: dict,
-               validation: dict | None = None) -> dict:
+               validation: dict | None = None, planned_batch_size: int | None = None) -> dict:
+        """planned_batch_size: set when the budget ran out mid-step and the step took fewer sequences."""
         now = time.perf_counter()
         interval = now - self.last_time
         tokens_per_s = (tokens - self.last_tokens) / interval if interval > 0 else None
@@ -71,6 +72,7 @@ class MetricsLog:
             "loss": round(loss, 5),
             "lr": lr,
             "batch_size": batch_size,
+            **({"planned_batch_size": planned_batch_size} if planned_batch_size else {}),
             "tokens_per_s": round(tokens_per_s, 1) if tokens_per_s else None,
             "mfu": round(mfu, 4) if mfu is not None else None,
             "nonfinite_skipped": nonfinite,
@@ -83,10 +85,11 @@ class MetricsLog:
             handle.write(json.dumps(record) + "\n")
         eta = time.strftime("%H:%M", time.localtime(time.time() + remaining))
         log.info(
-            "step %d | budget %.1f%% used, %s left (ETA %s) | loss %.4f%s | lr %.2e | batch %d | grad norm %.3g | "
+            "step %d | budget %.1f%% used, %s left (ETA %s) | loss %.4f%s | lr %.2e | batch %d%s | grad norm %.3g | "
             "%s tok/s | MFU %s%s",
             step, 100 * budget_fraction, format_duration(remaining), eta, loss,
-            f" (validation {validation['val_loss']:.4f})" if validation else "", lr, batch_size, grad_norm,
+            f" (validation {validation['val_loss']:.4f})" if validation else "", lr, batch_size,
+            f" of {planned_batch_size} (the budget ran out mid-step)" if planned_batch_size else "", grad_norm,
             f"{tokens_per_s:,.0f}" if tokens_per_s else "-", f"{100 * mfu:.1f}%" if mfu is not None else "n/a",
             _hardware(telemetry),
         )
@@ -116,7 +119,9 @@ TIMED_FIRST_STEPS = 5  # steps whose durations estimate the compile time (summar
 
 class MetricsLogger(Callback):
     """Rank 0's record of the run: the mean loss of the steps since the last record (skipped steps have
-    none), with lr, batch, throughput and telemetry, every `every_steps` steps and once at the end.
+    none), with lr, batch, throughput and telemetry, every `every_steps` steps, whenever training has
+    progressed `every_fraction` since the last record (so a short run still draws a curve), and once at the
+    end. Both rules follow the schedule's progress (steps, or the budget clock), never the wall clock alone.
 
     The loss, gradient norm and clipped count are summed on the device and read only when a record is
     written, so logging does not wait for the GPU at every step. The partial sums ride in checkpoints: a
@@ -125,9 +130,11 @@ class MetricsLogger(Callback):
 
     name = "metrics"
 
-    def __init__(self, metrics: MetricsLog, every_steps: int, sequences_per_microbatch: int,
+    def __init__(self, metrics: MetricsLog, every_steps: int, every_fraction: float, sequences_per_microbatch: int,
                  sampler: TelemetrySampler, wandb: WandbLogger, device: torch.device, grad_clip: float | None):
         self.metrics, self.every_steps, self.sequences_per_microbatch = metrics, every_steps, sequences_per_microbatch
+        self.every_fraction = every_fraction
+        self.recorded_fraction = 0.0  # progress at the last record
         self.sampler, self.wandb, self.grad_clip = sampler, wandb, grad_clip
         self.sums = torch.zeros(3, device=device)  # loss, grad norm, clipped steps
         self.steps = 0  # steps in sums
@@ -148,7 +155,9 @@ class MetricsLogger(Callback):
             clipped = state.grad_norm > self.grad_clip if self.grad_clip else torch.zeros((), device=self.sums.device)
             self.sums += torch.stack([state.step_loss.float(), state.grad_norm.float(), clipped.float()])
             self.steps += 1
-        if (state.progress.step % self.every_steps == 0 or state.validation) and self.steps:
+        due = (state.progress.step % self.every_steps == 0 or state.validation
+               or state.fraction - self.recorded_fraction >= self.every_fraction)
+        if due and self.steps:
             self._write(state)
 
     def on_train_end(self, state: TrainState, reason: str) -> None:
@@ -166,6 +175,8 @@ class MetricsLogger(Callback):
             step=progress.step, microbatches=progress.microbatches, tokens=progress.tokens,
             elapsed=clock.elapsed, remaining=clock.remaining, budget_fraction=clock.fraction,
             loss=loss, lr=state.lr, batch_size=state.step_microbatches * self.sequences_per_microbatch,
+            planned_batch_size=state.accumulate * self.sequences_per_microbatch
+            if state.step_microbatches < state.accumulate else None,
             nonfinite=progress.nonfinite_total, grad_norm=grad_norm,
             clipped_fraction=round(clipped, 4) if self.grad_clip else None, telemetry=self.sampler.read(),
             validation=state.validation,
@@ -174,12 +185,17 @@ class MetricsLogger(Callback):
         self.last_record = record
         self.sums.zero_()
         self.steps = 0
+        self.recorded_fraction = state.fraction
         state.validation = None
 
     def state_dict(self) -> dict:
-        return {"sums": self.sums.tolist(), "steps": self.steps} if self.steps else {}
+        recorded = {"recorded_fraction": self.recorded_fraction}
+        return {"sums": self.sums.tolist(), "steps": self.steps, **recorded} if self.steps else recorded
 
     def load_state_dict(self, state: dict) -> None:
+        self.recorded_fraction = state.get("recorded_fraction", 0.0)  # absent in checkpoints before it
+        if "steps" not in state:
+            return
         # checkpoints written before gradient norms were logged hold the loss sum alone
         sums = state["sums"] if "sums" in state else [state["loss_sum"], 0.0, 0.0]
         self.sums.copy_(torch.tensor(sums))

@@ -109,6 +109,8 @@ def check_train_config(cfg) -> None:
         (all(0 <= f < 1 for f in cfg.checkpoint.keep_at),
          f"checkpoint.keep_at={list(cfg.checkpoint.keep_at)} must hold progress fractions in [0, 1)"),
         (cfg.logging.every_steps >= 1, f"logging.every_steps={cfg.logging.every_steps} must be at least 1"),
+        (0 < cfg.logging.every_fraction <= 1,
+         f"logging.every_fraction={cfg.logging.every_fraction} must be in (0, 1]"),
         (cfg.logging.progress in ("auto", "bar", "lines"),
          f"logging.progress={cfg.logging.progress!r} must be auto, bar or lines"),
         (all(0 < f < 1 for f in validation.fractions),

@@ -117,9 +117,10 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     wall_budget = budget_seconds(cfg.budget, cfg.budget_scaling, settings.profile, device_profile(settings))
     wall_budget /= dist.world_size  # GPU-hours: N GPUs get 1/N of the wall time
     flops_per_token = training_flops_per_token(cfg.arch, vocab_size, seq_length, cfg.train.mlm_rate)
-    log.info("run %s | %s on %s (%s, microbatch %d (%s) x %d ranks, compile %s) | budget %s wall",
-             run_dir, cfg.arch.name, settings.profile.name, settings.precision.name, settings.microbatch_size,
-             microbatch_source, dist.world_size, settings.compile, format_duration(wall_budget))
+    parameters = sum(parameter.numel() for parameter in model.parameters())
+    log.info("run %s | %s, %.1fM parameters, on %s (%s, microbatch %d (%s) x %d ranks, compile %s) | budget %s wall",
+             run_dir, cfg.arch.name, parameters / 1e6, settings.profile.name, settings.precision.name,
+             settings.microbatch_size, microbatch_source, dist.world_size, settings.compile, format_duration(wall_budget))
     if settings.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(settings.device)  # the peak of training, not of the search
 
@@ -135,7 +136,7 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
         wandb = WandbLogger(cfg, run_dir)
         metrics = MetricsLog(run_dir / "metrics.jsonl", progress.step if cfg.resume else None, progress.tokens,
                              flops_per_token, settings.profile.peak_tflops)
-        logger = MetricsLogger(metrics, cfg.logging.every_steps, sequences,
+        logger = MetricsLogger(metrics, cfg.logging.every_steps, cfg.logging.every_fraction, sequences,
                                TelemetrySampler(settings.device).start(), wandb, settings.device,
                                cfg.train.optim.grad_clip)
     stopping = StoppingRule(cfg.train.progress, cfg.train.max_steps, clock)

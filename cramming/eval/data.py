@@ -167,18 +167,24 @@ def read_tsv_split(path: Path, task: GlueTask, max_malformed_fraction: float) ->
     except UnicodeDecodeError as error:
         raise CrammingError(f"{path}: not valid UTF-8 ({error.reason} at byte {error.start})") from None
 
-    rows = len(labels) + len(malformed)
+    check_malformed(path, len(labels), malformed, first_problem, max_malformed_fraction,
+                    "(only a header, or an empty file)")
+    return GlueSplit(text_a, text_b if task.tsv_text_columns[1] else None, labels, str(path), malformed)
+
+
+def check_malformed(path: Path, kept: int, malformed: list, first_problem: str | None, max_fraction: float,
+                    when_empty: str) -> None:
+    """The rule for a task file's malformed rows: a few are skipped and said, more than
+    eval.max_malformed_fraction of the rows stop the run at the first of them; no rows at all is an error."""
+    rows = kept + len(malformed)
     if rows == 0:
-        raise CrammingError(f"{path}: no examples (only a header, or an empty file)")
-    tolerated = int(max_malformed_fraction * rows)
+        raise CrammingError(f"{path}: no examples {when_empty}")
+    tolerated = int(max_fraction * rows)
     if len(malformed) > tolerated:
-        raise CrammingError(
-            f"{first_problem} ({len(malformed)} malformed of {rows} rows, at most {tolerated} tolerated "
-            f"by eval.max_malformed_fraction={max_malformed_fraction})"
-        )
+        raise CrammingError(f"{first_problem} ({len(malformed)} malformed of {rows} rows, at most {tolerated} "
+                            f"tolerated by eval.max_malformed_fraction={max_fraction})")
     if malformed:
         log.warning("%s: skipped %d malformed rows (first: %s)", path, len(malformed), first_problem)
-    return GlueSplit(text_a, text_b if task.tsv_text_columns[1] else None, labels, str(path), malformed)
 
 
 def _check_header(path: Path, header: tuple[str, ...], task: GlueTask) -> None:

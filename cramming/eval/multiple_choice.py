@@ -12,7 +12,6 @@ are skipped and reported, more is an error naming the file, the line and the val
 """
 
 import csv
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -25,9 +24,8 @@ from transformers.modeling_outputs import MultipleChoiceModelOutput
 
 from cramming.errors import CrammingError
 from cramming.eval.batching import EncodedSplit
-from cramming.eval.data import GlueDataMissing, GlueTaskData
+from cramming.eval.data import GlueDataMissing, GlueTaskData, check_malformed
 
-log = logging.getLogger(__name__)
 
 HUB_PATH, HUB_CONFIG = "allenai/swag", "regular"
 FOLDER = "SWAG"
@@ -105,17 +103,7 @@ def read_csv_split(path: Path, max_malformed_fraction: float) -> ChoiceSplit:
     except csv.Error as error:
         raise CrammingError(f"{path}, line {reader.line_num}: not readable as CSV ({error})") from None
 
-    rows = len(labels) + len(malformed)
-    if rows == 0:
-        raise CrammingError(f"{path}: no examples (only a header)")
-    tolerated = int(max_malformed_fraction * rows)
-    if len(malformed) > tolerated:
-        raise CrammingError(
-            f"{first_problem} ({len(malformed)} malformed of {rows} rows, at most {tolerated} tolerated "
-            f"by eval.max_malformed_fraction={max_malformed_fraction})"
-        )
-    if malformed:
-        log.warning("%s: skipped %d malformed rows (first: %s)", path, len(malformed), first_problem)
+    check_malformed(path, len(labels), malformed, first_problem, max_malformed_fraction, "(only a header)")
     return ChoiceSplit(contexts, starts, endings, labels, str(path), malformed)
 
 

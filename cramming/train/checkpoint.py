@@ -36,7 +36,8 @@ log = logging.getLogger("pretrain")
 PLOT_EVERY_S = 300
 RESUME_MUST_MATCH = ("arch", "data", "train")
 # What a resume may change: the way out of a diverged run is its last good checkpoint with a lower lr.
-RESUME_MAY_CHANGE = (("train", "optim", "lr"), ("train", "max_nonfinite_steps"))
+RESUME_MAY_CHANGE = (("train", "optim", "lr"), ("train", "max_nonfinite_steps"),
+                     ("train", "check_nonfinite_every"))
 
 
 def save_checkpoint(run_dir: Path, name: str, model: nn.Module, tokenizer, state: dict, keep_last: int,
@@ -183,7 +184,7 @@ class Checkpointer(Callback):
         self.started_at_step = state.progress.step
 
     def after_step(self, state: TrainState) -> None:
-        if (self.unconfirmed is not None and state.step_applied
+        if (self.unconfirmed is not None and bool(state.step_finite)  # a host sync, once after each checkpoint
                 and not non_finite(dict(state.model.named_parameters()))):
             self.last_good, self.unconfirmed = self.unconfirmed, None
         # keep_at: after the first step run at progress >= f. A resumed run whose first step is already past
@@ -213,6 +214,7 @@ class Checkpointer(Callback):
         self.last_at = state.clock.elapsed
         if not self.is_main:
             return
+        state.nonfinite.read(state.progress, state.progress.step)  # the checkpoint's counts, exact
         healthy = (state.progress.nonfinite_in_a_row == 0 and not non_finite(dict(state.model.named_parameters()))
                    and finite_optimizer_state(state.optimizer.state_dict()))
         if not healthy:

@@ -40,11 +40,14 @@ def run_loop(state: TrainState, step: TrainStep, stopping: StoppingRule, schedul
         set_lr(state.optimizer, state.lr)
         callbacks.before_step(state)
         step.run(state)
+        if state.nonfinite.due(progress.step + 1):  # may stop a diverged run (cramming.train.nonfinite)
+            state.nonfinite.settle(progress, progress.step + 1)
         progress.step += 1
         progress.tokens += state.step_microbatches * tokens_per_microbatch
         progress.elapsed = state.clock.elapsed
         callbacks.after_step(state)
     progress.elapsed = state.clock.elapsed
+    state.nonfinite.settle(progress, progress.step)
     reason = stopping.reason(progress.step)
     callbacks.on_train_end(state, reason)
     return reason

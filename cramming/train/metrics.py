@@ -136,8 +136,8 @@ class MetricsLogger(Callback):
         self.every_fraction = every_fraction
         self.recorded_fraction = 0.0  # progress at the last record
         self.sampler, self.wandb, self.grad_clip = sampler, wandb, grad_clip
-        self.sums = torch.zeros(3, device=device)  # loss, grad norm, clipped steps
-        self.steps = 0  # steps in sums
+        self.sums = torch.zeros(4, device=device)  # loss, grad norm, clipped steps, steps (skipped ones add 0)
+        self.pending = 0  # steps run since the last record, skipped ones included
         self.last_record: dict | None = None  # for the progress bar
         self.first_steps: list[tuple[float, int]] = []  # (seconds, microbatches) of this process's first steps
         self.step_started = 0.0
@@ -151,26 +151,29 @@ class MetricsLogger(Callback):
     def after_step(self, state: TrainState) -> None:
         if len(self.first_steps) < TIMED_FIRST_STEPS:
             self.first_steps.append((state.clock.elapsed - self.step_started, state.step_microbatches))
-        if state.step_applied:
-            clipped = state.grad_norm > self.grad_clip if self.grad_clip else torch.zeros((), device=self.sums.device)
-            self.sums += torch.stack([state.step_loss.float(), state.grad_norm.float(), clipped.float()])
-            self.steps += 1
+        clipped = state.grad_norm > self.grad_clip if self.grad_clip else torch.zeros((), device=self.sums.device)
+        step_sums = torch.stack([state.step_loss.float(), state.grad_norm.float(), clipped.float(),
+                                 torch.ones((), device=self.sums.device)])
+        self.sums += torch.where(state.step_finite, step_sums, 0.0)  # on the device: no wait for the flag
+        self.pending += 1
         due = (state.progress.step % self.every_steps == 0 or state.validation
                or state.fraction - self.recorded_fraction >= self.every_fraction)
-        if due and self.steps:
+        if due and self.pending:
             self._write(state)
 
     def on_train_end(self, state: TrainState, reason: str) -> None:
-        if self.steps:
-            self._write(state)
-        elif state.validation:  # validated at the step of the last record
+        if not (self.pending and self._write(state)) and state.validation:  # validated at the last record's step
             self.metrics.amend_last(state.validation)
             self.wandb.log({"step": state.progress.step, **state.validation})
             state.validation = None
 
-    def _write(self, state: TrainState) -> None:
+    def _write(self, state: TrainState) -> bool:
+        """Write the record of the steps since the last; False (nothing written) when all were skipped."""
         progress, clock = state.progress, state.clock
-        loss, grad_norm, clipped = (self.sums / self.steps).tolist()
+        loss, grad_norm, clipped, steps = torch.cat([self.sums[:3] / self.sums[3], self.sums[3:]]).tolist()
+        if not steps:
+            return False
+        state.nonfinite.read(progress, progress.step)  # the skipped count as of this step
         record = self.metrics.record(
             step=progress.step, microbatches=progress.microbatches, tokens=progress.tokens,
             elapsed=clock.elapsed, remaining=clock.remaining, budget_fraction=clock.fraction,
@@ -184,13 +187,15 @@ class MetricsLogger(Callback):
         self.wandb.log(record)
         self.last_record = record
         self.sums.zero_()
-        self.steps = 0
+        self.pending = 0
         self.recorded_fraction = state.fraction
         state.validation = None
+        return True
 
     def state_dict(self) -> dict:
         recorded = {"recorded_fraction": self.recorded_fraction}
-        return {"sums": self.sums.tolist(), "steps": self.steps, **recorded} if self.steps else recorded
+        *sums, steps = self.sums.tolist()
+        return {"sums": sums, "steps": int(steps), **recorded} if steps else recorded
 
     def load_state_dict(self, state: dict) -> None:
         self.recorded_fraction = state.get("recorded_fraction", 0.0)  # absent in checkpoints before it
@@ -198,5 +203,5 @@ class MetricsLogger(Callback):
             return
         # checkpoints written before gradient norms were logged hold the loss sum alone
         sums = state["sums"] if "sums" in state else [state["loss_sum"], 0.0, 0.0]
-        self.sums.copy_(torch.tensor(sums))
-        self.steps = state["steps"]
+        self.sums.copy_(torch.tensor([*sums, state["steps"]]))
+        self.pending = state["steps"]

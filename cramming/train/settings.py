@@ -98,6 +98,8 @@ def check_train_config(cfg) -> None:
         (train.batch_size >= 1, f"train.batch_size={train.batch_size} must be at least 1"),
         (0 <= train.batch_ramp_fraction <= 1, f"train.batch_ramp_fraction={train.batch_ramp_fraction} must be in [0, 1]"),
         (train.max_nonfinite_steps >= 1, f"train.max_nonfinite_steps={train.max_nonfinite_steps} must be at least 1"),
+        (train.check_nonfinite_every >= 1,
+         f"train.check_nonfinite_every={train.check_nonfinite_every} must be at least 1"),
         (impl.microbatch_size is None or impl.microbatch_size >= 1,
          f"impl.microbatch_size={impl.microbatch_size} must be positive (or null: automatic)"),
         (impl.num_workers is None or impl.num_workers >= 0, f"impl.num_workers={impl.num_workers} must not be negative"),

@@ -2,11 +2,15 @@
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from cramming.train.clock import BudgetClock
+
+if TYPE_CHECKING:
+    from cramming.train.nonfinite import NonFiniteSteps
 
 
 @dataclass
@@ -31,6 +35,7 @@ class TrainState:
     run_dir: Path
     device: torch.device
     tokenizer: object = None  # the dataset's (transformers) tokenizer
+    nonfinite: "NonFiniteSteps | None" = None  # the skipped steps' counts, on the device until read
     # the current step, set before it runs
     fraction: float = 0.0  # schedule progress f
     lr: float = 0.0
@@ -38,6 +43,6 @@ class TrainState:
     # the step just run
     step_loss: torch.Tensor | None = None  # mean loss, on the device (reading it would wait for the GPU)
     step_microbatches: int = 0  # microbatches run: fewer than planned when the budget ended mid-step
-    step_applied: bool = False  # False when a non-finite loss skipped the step
+    step_finite: torch.Tensor | None = None  # on the device: False when a non-finite loss or gradient skipped it
     grad_norm: torch.Tensor | None = None  # of the applied step, before clipping, on the device
     validation: dict | None = None  # figures of a validation just run, for the next metrics record

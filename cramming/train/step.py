@@ -1,30 +1,22 @@
 """One optimizer step: forward and backward over the step's microbatches, then unscale, clip and update."""
 
 import contextlib
-import logging
 import time
 
 import torch
 
 from cramming.data.stream import SAMPLE_KEYS
-from cramming.errors import CrammingError
 from cramming.runtime import Precision
 from cramming.train.callbacks import CallbackList
 from cramming.train.distributed import Distributed
 from cramming.train.state import TrainState
 from cramming.train.stopping import StoppingRule
 
-log = logging.getLogger("pretrain")
-
-
-class NonFiniteLossError(CrammingError):
-    """Too many non-finite steps (loss or gradient norm) in a row: the run stops (after writing its summary)."""
-
 
 class TrainStep:
     """Gradients of state.accumulate microbatches, synchronized across ranks once (on the last), then the
-    update. A non-finite loss or gradient norm skips the update and is counted; `max_nonfinite_steps` in a row
-    stop the run.
+    update. A non-finite loss or gradient norm skips the update and is counted on the device
+    (cramming.train.nonfinite): the step makes no host sync with the default fused AdamW.
 
     If a budget-driven run's clock expires mid-step, the step is taken with the microbatches done so far:
     their gradients (and loss) are rescaled to a mean over that smaller batch, so no compute is wasted.
@@ -38,7 +30,6 @@ class TrainStep:
         self.scaler, self.precision, self.dist, self.stream = scaler, precision, dist, stream
         self.callbacks, self.stopping = callbacks, stopping
         self.grad_clip = train_cfg.optim.grad_clip
-        self.max_nonfinite_steps = train_cfg.max_nonfinite_steps
         # Host seconds inside run() and, within it, waiting for batches: this process, from its second step
         # on (the first compiles and warms up), and the first step's own.
         self.timing = {"steps": 0, "step_s": 0.0, "data_s": 0.0, "first_step_s": 0.0}
@@ -46,10 +37,10 @@ class TrainStep:
         self.batches: list[dict] = []  # the current step's microbatches, on the device, if keeps_batches
 
     def run(self, state: TrainState) -> None:
-        """Run the step planned in state; sets state.step_loss, step_microbatches and step_applied."""
+        """Run the step planned in state; sets state.step_loss, step_microbatches, grad_norm and step_finite."""
         started, self.data_wait = time.perf_counter(), 0.0
         state.step_loss, state.step_microbatches = self._accumulate(state)
-        state.step_applied = self._apply(state, state.step_loss)
+        self._apply(state, state.step_loss)
         seconds = time.perf_counter() - started
         self.timing["steps"] += 1
         if self.timing["steps"] == 1:
@@ -101,38 +92,31 @@ class TrainStep:
             if parameter.grad is not None:
                 parameter.grad.mul_(state.accumulate / done)
 
-    def _apply(self, state: TrainState, step_loss: torch.Tensor) -> bool:
-        """Unscale, clip and update; False when a non-finite loss or gradient norm skipped the update."""
+    def _apply(self, state: TrainState, step_loss: torch.Tensor) -> None:
+        """Unscale, clip and update. A non-finite loss or gradient norm leaves the weights and the optimizer
+        state as they were; it is counted on the device and read every few steps (cramming.train.nonfinite)."""
         optimizer = state.optimizer
-        if not torch.isfinite(step_loss):  # waits for the step's forward and backward
-            return self._skip(state, "loss")
         self.scaler.unscale_(optimizer)
         # The norm before clipping, for the metrics record (left on the device: reading it would wait).
         state.grad_norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), self.grad_clip or float("inf"))
-        # A finite loss can still have non-finite gradients (weights near overflow): the update would write
-        # NaN into the weights. Under fp16 loss scaling the scaler skips such a step itself and lowers its
-        # scale, as it routinely does; without it, the step is skipped and counted here.
-        if not self.scaler.is_enabled() and not torch.isfinite(state.grad_norm):
-            return self._skip(state, "gradient norm")
-        state.progress.nonfinite_in_a_row = 0
+        # A finite loss can still have non-finite gradients (weights near overflow): the update would write NaN
+        # into the weights. Under fp16 the loss scaler skips such a step itself and lowers its scale, as it
+        # routinely does: only a non-finite loss counts there.
+        gradient_finite = torch.isfinite(state.grad_norm) | self.scaler.is_enabled()
+        state.step_finite = state.nonfinite.observe(torch.isfinite(step_loss), gradient_finite, state.progress.step + 1)
+        # torch's fused optimizers (the default AdamW) skip their update on the device where `found_inf` is 1,
+        # as GradScaler drives them; for the others the host reads the flag, waiting for the step.
+        skips_on_device = getattr(optimizer, "_step_supports_amp_scaling", False)
+        if not skips_on_device and not state.step_finite:
+            optimizer.zero_grad(set_to_none=True)
+            return
         self.callbacks.before_optimizer_step(state)
-        self.scaler.step(optimizer)
+        if skips_on_device and not self.scaler.is_enabled():  # an enabled scaler sets found_inf itself
+            optimizer.found_inf = (~state.step_finite).float()
+            optimizer.step()
+            del optimizer.found_inf
+        else:
+            self.scaler.step(optimizer)
         self.scaler.update()
         self.callbacks.after_optimizer_step(state)
         optimizer.zero_grad(set_to_none=True)
-        return True
-
-    def _skip(self, state: TrainState, what: str) -> bool:
-        """Drop the step's gradients and count it; `max_nonfinite_steps` in a row stop the run."""
-        progress = state.progress
-        state.optimizer.zero_grad(set_to_none=True)
-        progress.nonfinite_total += 1
-        progress.nonfinite_in_a_row += 1
-        log.warning("step %d: non-finite %s, step skipped (%d in a row)", progress.step + 1, what,
-                    progress.nonfinite_in_a_row)
-        if progress.nonfinite_in_a_row >= self.max_nonfinite_steps:
-            raise NonFiniteLossError(
-                f"{progress.nonfinite_in_a_row} non-finite steps in a row at step {progress.step + 1}: the run "
-                "diverged and stopped"
-            )
-        return False

@@ -44,7 +44,7 @@ from cramming.train.plots import plot_run
 from cramming.train.progress_bar import ProgressBar, use_bar
 from cramming.train.settings import Settings, check_train_config, device_profile, device_type, resolve_settings
 from cramming.train.state import Progress, TrainState
-from cramming.train.step import NonFiniteLossError
+from cramming.train.nonfinite import NonFiniteLossError, NonFiniteSteps
 from cramming.train.stopping import StoppingRule
 from cramming.train.techniques import build_step, build_techniques, data_stream
 from cramming.train.summary import build_summary, peak_memory_gb, read_records, write_summary
@@ -125,7 +125,9 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
         torch.cuda.reset_peak_memory_stats(settings.device)  # the peak of training, not of the search
 
     clock = BudgetClock(wall_budget, progress.elapsed, time_source(progress))
-    state = TrainState(model, optimizer, progress, clock, run_dir, settings.device, tokenizer)
+    nonfinite = NonFiniteSteps(cfg.train.max_nonfinite_steps, cfg.train.check_nonfinite_every, settings.device,
+                               progress)
+    state = TrainState(model, optimizer, progress, clock, run_dir, settings.device, tokenizer, nonfinite)
     sequences = settings.microbatch_size * dist.world_size  # per global microbatch
     microbatches = Microbatches(dataset, settings.microbatch_size, dist.rank, dist.world_size,
                                 cfg.train.mlm_rate, cfg.train.seed)

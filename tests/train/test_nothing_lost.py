@@ -36,7 +36,7 @@ def test_a_step_with_non_finite_gradients_is_skipped_and_never_confirms_a_checkp
     steps are skipped (the weights stay finite) and counted; step 1's checkpoint, never followed by an applied
     step, is removed: resuming it with a lower lr would only diverge again."""
     run = run_cli(*STEP_RUN, "train.max_steps=6", "train.max_nonfinite_steps=3", "train.optim.lr=1e2",
-                  f"output_dir={tmp_path}")
+                  "train.check_nonfinite_every=1", f"output_dir={tmp_path}")  # read every step: stops at step 4
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "step 2: non-finite gradient norm, step skipped (1 in a row)" in run.stdout + run.stderr
     assert run.stderr.strip().splitlines()[-1] == (

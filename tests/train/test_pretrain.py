@@ -159,7 +159,10 @@ class PoisonedLoss(Callback):
 
 
 def test_nonfinite_losses_are_skipped_then_stop_the_run(cache_dir, tmp_path):
-    cfg = compose_config(STEP_RUN + [f"output_dir={tmp_path}", "train.max_steps=20", "train.max_nonfinite_steps=3"])
+    # counts read every step: the run stops at the step that reaches the limit (tests/train/test_step_syncs.py
+    # runs the default, a read every 10 steps)
+    cfg = compose_config(STEP_RUN + [f"output_dir={tmp_path}", "train.max_steps=20", "train.max_nonfinite_steps=3",
+                                     "train.check_nonfinite_every=1"])
     with pytest.raises(CrammingError) as stopped:
         pretrain_in_process(cfg, callbacks=[PoisonedLoss(lambda step: step in (2, 3) or step >= 6)])
     run_dir = only_run(tmp_path)

@@ -29,13 +29,11 @@ from cramming.runtime import deterministic_algorithms, prepare_device
 from cramming.train.callbacks import Callback, CallbackList
 from cramming.train.checkpoint import (Checkpointer, NonFiniteWeightsError, load_state, restore,
                                        resume_fingerprint)
-from cramming.train.activation_checkpointing import checkpoint_activations
 from cramming.train.clock import BudgetClock, time_source
 from cramming.train.distributed import Distributed
 from cramming.train.divergence import resume_advice
 from cramming.train.heartbeat import Heartbeat, charge_lost_time
 from cramming.train.interrupt import Interrupted
-from cramming.train.low_precision import check_on_device, convert_to_fp8, offload
 from cramming.train.loop import Schedule, run_loop
 from cramming.train.metrics import MetricsLog, MetricsLogger, format_duration
 from cramming.train.microbatch import choose_microbatch
@@ -46,7 +44,8 @@ from cramming.train.settings import Settings, check_train_config, device_profile
 from cramming.train.state import Progress, TrainState
 from cramming.train.step import NonFiniteLossError
 from cramming.train.stopping import StoppingRule
-from cramming.train.techniques import build_step, build_techniques, data_stream
+from cramming.train.techniques import (RunContext, build_techniques, data_stream, extra_memory, prepare_model,
+                                       step_class, wrap_optimizer)
 from cramming.train.summary import build_summary, peak_memory_gb, read_records, write_summary
 from cramming.train.telemetry import TelemetrySampler
 from cramming.train.validation import Validation
@@ -58,7 +57,8 @@ log = logging.getLogger("pretrain")
 def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
     """Train under the budget; returns the run directory (with checkpoints/final on success).
 
-    callbacks: techniques acting at the loop's named points (cramming.train.callbacks), called in order.
+    callbacks: components acting at the loop's named points (cramming.train.callbacks), called in order after
+    the techniques the config switches on (cramming.train.techniques).
     """
     resolve_optim(cfg)
     check_train_config(cfg)
@@ -76,12 +76,11 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
         dist.close()
 
 
-def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
+def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Path:
     started = time.perf_counter()
     settings = resolve_settings(cfg, dist.local_rank)
-    check_on_device(cfg, settings.device, settings.compile, settings.precision.name, dist.world_size)
-    techniques = [*build_techniques(cfg, settings.compile, dist.world_size, settings.device),  # techniques.py
-                  *techniques]
+    techniques = build_techniques(cfg, RunContext(settings.device, settings.compile, settings.precision.name,
+                                                  dist.world_size))
     torch.manual_seed(cfg.train.seed)
     prepare_device(settings.device)
     dataset = _prepared_dataset(cfg, dist)
@@ -89,19 +88,15 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     tokenizer = as_transformers_tokenizer(load_tokenizer(dataset.tokenizer_path), seq_length)
 
     model = build_mlm_model(cfg.arch, vocab_size).to(settings.device)
-    if cfg.impl.activation_checkpointing:
-        checkpoint_activations(model)
-    if cfg.impl.fp8:  # low_precision.py: the encoder's Linear layers in float8 (checked: CUDA 8.9+, compiled)
-        convert_to_fp8(model)
-    optimizer = build_pretraining_optimizer(model, cfg.train.optim)
-    if cfg.impl.offload_optimizer and settings.device.type == "cuda":  # on the CPU: a no-op (notice logged)
-        optimizer = offload(optimizer)
+    prepare_model(techniques, model)  # e.g. activation checkpointing, fp8
+    optimizer = wrap_optimizer(techniques, build_pretraining_optimizer(model, cfg.train.optim))  # e.g. offload
     scaler = settings.precision.grad_scaler()
     checkpoint = saved = None
     if cfg.resume:
         checkpoint = resolve_checkpoint(cfg.resume, Path(cfg.output_dir) / cfg.name, key="resume", need_state=True)
         saved = load_state(checkpoint)
-    settings, microbatch_source = choose_microbatch(cfg, settings, dist, model, vocab_size, seq_length, saved)
+    settings, microbatch_source = choose_microbatch(cfg, settings, dist, model, vocab_size, seq_length, saved,
+                                                    extra_memory(techniques, model))
     fingerprint = resume_fingerprint(cfg, settings.microbatch_size, dist.world_size)
     progress = Progress()
     if checkpoint:
@@ -142,7 +137,7 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     stopping = StoppingRule(cfg.train.progress, cfg.train.max_steps, clock)
     validation = _validation(cfg, dataset, settings, dist, stopping)
     # techniques, then the validation curve, then the record of both; their state rides in checkpoints
-    recorded = CallbackList([*techniques, *validation, *([logger] if logger else [])])
+    recorded = CallbackList([*techniques, *callbacks, *validation, *([logger] if logger else [])])
     if saved:
         recorded.load_state_dict(saved.get("callbacks", {}))
     checkpointer = Checkpointer(cfg.checkpoint, tokenizer, scaler, fingerprint, recorded, dist.is_main,
@@ -150,8 +145,8 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     heartbeat = [Heartbeat(run_dir)] if dist.is_main else []
     bar = [ProgressBar(logger, stopping)] if dist.is_main and use_bar(cfg.logging.progress) else []
     callbacks = CallbackList([*recorded.callbacks, *bar, *heartbeat, checkpointer])
-    step = build_step(cfg, _network(model, settings, dist), scaler, settings.precision, dist, stream, callbacks,
-                      stopping, cfg.train)
+    step = step_class(techniques)(_network(model, settings, dist), scaler, settings.precision, dist, stream,
+                                  callbacks, stopping, cfg.train)
 
     stop_reason = "error"
     try:

@@ -1,8 +1,9 @@
 """Components that act at named points of training, like Composer's algorithms on events.
 
-A technique (layer drop, stacking, sparsity masks, distillation, ...) is a Callback subclass in its own
-file in this package; the trainer calls every callback at each point, in order, and keeps what
-`state_dict` returns in each checkpoint, so a resumed run restores it. The loop itself never changes.
+The trainer calls every callback at each point, in order, and keeps what `state_dict` returns in each
+checkpoint, so a resumed run restores it; the loop itself never changes. The metrics record, the
+checkpoints and validation are callbacks; a training technique is one too, with the set-up events added
+(cramming.train.techniques.base.Technique).
 """
 
 import torch

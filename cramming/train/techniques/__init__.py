@@ -56,20 +56,23 @@ def check_techniques(cfg) -> None:
                 raise CrammingError(f"{technique.label} and {enabled[other].label} {why}")
 
 
-def build_techniques(cfg, run: RunContext) -> list[Technique]:
-    """The enabled techniques, in TECHNIQUES' order, after the checks that need the run's device; the
-    speed notices of the GPU options measured slower than the default."""
-    if cfg.train.optim.name == "adamw8bit" and run.device.type != "cuda":
-        raise CrammingError(f"train.optim.name=adamw8bit (torchao's 8-bit AdamW states) needs a CUDA GPU; this run "
-                            f"is on {run.device.type}: use train.optim.name=adamw")
-    techniques = [technique.build(cfg, run) for technique in TECHNIQUES if technique.enabled(cfg)]
-    log_speed_notices(cfg, run.device)
-    return techniques
-
-
 def check_on_device(cfg, device: torch.device, compiled: bool, precision: str, world_size: int) -> None:
-    """The checks build_techniques makes on this device, without keeping what they build."""
-    build_techniques(cfg, RunContext(device, compiled, precision, world_size))
+    """The precision options' checks on this device (fp8, adamw8bit, offload), first of all, and the speed
+    notices of the GPU options measured slower than the default."""
+    run = RunContext(device, compiled, precision, world_size)
+    for technique in (Fp8, OffloadOptimizer):
+        if technique.enabled(cfg):
+            technique.check_on_device(cfg, run)
+    if cfg.train.optim.name == "adamw8bit" and device.type != "cuda":
+        raise CrammingError(f"train.optim.name=adamw8bit (torchao's 8-bit AdamW states) needs a CUDA GPU; this run "
+                            f"is on {device.type}: use train.optim.name=adamw")
+    log_speed_notices(cfg, device)
+
+
+def build_techniques(cfg, run: RunContext) -> list[Technique]:
+    """The enabled techniques, in TECHNIQUES' order, each after the checks that need the run's settings."""
+    check_on_device(cfg, run.device, run.compile, run.precision, run.world_size)
+    return [technique.build(cfg, run) for technique in TECHNIQUES if technique.enabled(cfg)]
 
 
 def prepare_model(techniques: list[Technique], model: torch.nn.Module) -> None:

@@ -66,12 +66,15 @@ class Fp8(Technique):
     def enabled(cfg) -> bool:
         return bool(cfg.impl.fp8)
 
-    @classmethod
-    def build(cls, cfg, run: RunContext) -> "Fp8":
+    @staticmethod
+    def check_on_device(cfg, run: RunContext) -> None:
         capability = torch.cuda.get_device_capability(run.device) if run.device.type == "cuda" else None
         problem = fp8_problem(run.device, capability, run.compile)
         if problem:
             raise CrammingError(problem)
+
+    @classmethod
+    def build(cls, cfg, run: RunContext) -> "Fp8":
         return cls()
 
     def on_model(self, model: torch.nn.Module) -> None:

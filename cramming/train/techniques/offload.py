@@ -72,8 +72,8 @@ class OffloadOptimizer(Technique):
                   f"impl.offload_optimizer=true does not combine with train.optim.name={name}: offloading works "
                   f"with {', '.join(OFFLOADABLE)}")])
 
-    @classmethod
-    def build(cls, cfg, run: RunContext) -> "OffloadOptimizer":
+    @staticmethod
+    def check_on_device(cfg, run: RunContext) -> None:
         if run.device.type != "cuda":
             log.info("impl.offload_optimizer=true: a no-op on cpu (the optimizer state is in CPU memory already)")
         elif run.world_size > 1:
@@ -82,6 +82,9 @@ class OffloadOptimizer(Technique):
         elif run.precision == "fp16":
             raise CrammingError("impl.offload_optimizer=true does not combine with fp16 loss scaling (the gradients "
                                 "are copied to the CPU before they are unscaled): use impl.precision=bf16 or fp32")
+
+    @classmethod
+    def build(cls, cfg, run: RunContext) -> "OffloadOptimizer":
         return cls(on_gpu=run.device.type == "cuda")
 
     def wrap_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:

@@ -34,7 +34,7 @@ import torch
 
 from cramming.errors import CrammingError
 from cramming.model.checkpoint import load_weights, read_weights
-from cramming.train.encoder import encoder_matrices as sparse_matrices
+from cramming.train.encoder import encoder_matrices
 from cramming.train.state import TrainState
 from cramming.train.techniques.base import RunContext, Technique, require
 from cramming.train.techniques.lottery import lottery_ticket
@@ -149,11 +149,11 @@ class Sparsity(Technique):
                    cfg.train.seed, ticket, rewind)
 
     def extra_memory(self, model: torch.nn.Module) -> int:
-        return sum(weight.numel() for weight in sparse_matrices(model).values())  # one bool mask per weight
+        return sum(weight.numel() for weight in encoder_matrices(model).values())  # one bool mask per weight
 
     def on_train_start(self, state: TrainState) -> None:
         """The initial masks of rigl and lottery (a resumed run has its masks from the checkpoint)."""
-        matrices = sparse_matrices(state.model)
+        matrices = encoder_matrices(state.model)
         if not self.masks and self.method == "rigl":  # random masks at the target density
             generator = torch.Generator().manual_seed(self.seed)
             for name, weight in matrices.items():
@@ -180,14 +180,14 @@ class Sparsity(Technique):
     def after_optimizer_step(self, state: TrainState) -> None:
         self._apply(state)
         if self.method == "semi-structured-2:4" and not self.masks and state.fraction >= self.start:
-            self.masks = {name: two_of_four_mask(weight.detach()) for name, weight in sparse_matrices(state.model).items()}
+            self.masks = {name: two_of_four_mask(weight.detach()) for name, weight in encoder_matrices(state.model).items()}
             self.current_density = 0.5
             log.info("sparsity: pruned to 2:4 at step %d", state.progress.step + 1)
             self._apply(state)
         if self.method == "magnitude":  # pruned from the masked weights: what was pruned stays pruned
             target = gradual_density(state.fraction, self.density, self.start, self.end)
             if self.current_density - target >= 0.01 or (target == self.density != self.current_density):
-                for name, weight in sparse_matrices(state.model).items():
+                for name, weight in encoder_matrices(state.model).items():
                     self.masks[name] = magnitude_mask(weight.detach(), target)
                 self.current_density = target
                 log.info("sparsity: density %.3f at step %d", target, state.progress.step + 1)
@@ -199,14 +199,14 @@ class Sparsity(Technique):
 
     @torch.no_grad()
     def _apply(self, state: TrainState) -> None:
-        for name, weight in sparse_matrices(state.model).items():
+        for name, weight in encoder_matrices(state.model).items():
             if name in self.masks:
                 weight.mul_(self.masks[name])
 
     @torch.no_grad()
     def _drop_and_grow(self, state: TrainState) -> None:
         share = RIGL_DROP_FRACTION * (1 + math.cos(math.pi * state.fraction / self.end)) / 2
-        for name, weight in sparse_matrices(state.model).items():
+        for name, weight in encoder_matrices(state.model).items():
             mask, gradient = self.masks[name], weight.grad
             if gradient is None:
                 continue

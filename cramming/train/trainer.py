@@ -6,6 +6,7 @@ calls the callbacks at its named points: techniques first, then the metrics reco
 """
 
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -38,7 +39,7 @@ from cramming.train.loop import Schedule, run_loop
 from cramming.train.metrics import MetricsLog, MetricsLogger, format_duration
 from cramming.train.microbatch import choose_microbatch
 from cramming.train.optimizers import build_pretraining_optimizer, resolve_optim
-from cramming.train.plots import plot_run
+from cramming.train.plots import PlotRefresh, plot_run
 from cramming.train.progress_bar import ProgressBar, use_bar
 from cramming.train.settings import Settings, check_train_config, device_profile, device_type, resolve_settings
 from cramming.train.state import Progress, TrainState
@@ -46,7 +47,7 @@ from cramming.train.step import NonFiniteLossError
 from cramming.train.stopping import StoppingRule
 from cramming.train.techniques import (RunContext, build_techniques, data_stream, extra_memory, prepare_model,
                                        step_class, wrap_optimizer)
-from cramming.train.summary import build_summary, peak_memory_gb, read_records, write_summary
+from cramming.train.summary import RunFacts, build_summary, peak_memory_gb, read_records, write_summary
 from cramming.train.telemetry import TelemetrySampler
 from cramming.train.validation import Validation
 from cramming.train.wandb_logger import WandbLogger
@@ -143,8 +144,9 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Path:
     checkpointer = Checkpointer(cfg.checkpoint, tokenizer, scaler, fingerprint, recorded, dist.is_main,
                                 run_provenance, last_good=checkpoint)
     heartbeat = [Heartbeat(run_dir)] if dist.is_main else []
+    plots = [PlotRefresh(lambda: checkpointer.newest)] if dist.is_main else []  # after the checkpointer
     bar = [ProgressBar(logger, stopping)] if dist.is_main and use_bar(cfg.logging.progress) else []
-    callbacks = CallbackList([*recorded.callbacks, *bar, *heartbeat, checkpointer])
+    callbacks = CallbackList([*recorded.callbacks, *bar, *heartbeat, checkpointer, *plots])
     step = step_class(techniques)(_network(model, settings, dist), scaler, settings.precision, dist, stream,
                                   callbacks, stopping, cfg.train)
 
@@ -166,9 +168,15 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Path:
             for progress_bar in bar:
                 progress_bar.close()
             if dist.is_main:
-                summary = _leave_record(cfg, state, logger, wandb, settings, stop_reason, flops_per_token,
-                                        time.perf_counter() - started, microbatch_source, run_provenance,
-                                        dataset, stopping.early_stop, step.timing)
+                summary = _leave_record(RunFacts(
+                    records=[], stop_reason=stop_reason, progress=vars(progress), budget_hours=cfg.budget,
+                    wall_budget=clock.budget_seconds, session_training_s=progress.elapsed - clock.elapsed_before,
+                    session_wall_s=time.perf_counter() - started, first_steps=logger.first_steps,
+                    peak_memory=peak_memory_gb(settings.device), energy_wh=None, flops_per_token=flops_per_token,
+                    peak_tflops=settings.profile.peak_tflops, provenance=run_provenance,
+                    microbatch={"size": settings.microbatch_size, "source": microbatch_source},
+                    held_out_rows=dataset.held_out_rows, validation_s=clock.paused_seconds,
+                    stop_detail=stopping.early_stop, step_timing=step.timing), run_dir, logger, wandb)
         if stop_reason == "interrupted":
             written = f"checkpoint {checkpointer.newest}" if checkpointer.newest else "no checkpoint yet"
             raise Interrupted(f"stopped at step {progress.step}; {written}; to go on, run the same command with "
@@ -242,23 +250,13 @@ def _network(model: torch.nn.Module, settings: Settings, dist: Distributed) -> t
     return torch.compile(network) if settings.compile else network
 
 
-def _leave_record(cfg, state: TrainState, logger: MetricsLogger, wandb: WandbLogger, settings: Settings,
-                  stop_reason: str, flops_per_token: float, session_wall_s: float, microbatch_source: str,
-                  run_provenance: dict, dataset: PreparedDataset, early_stop: str | None, step_timing: dict) -> dict:
-    """Stop the telemetry, then write summary.json and the plots and hand the summary to W&B."""
+def _leave_record(facts: RunFacts, run_dir: Path, logger: MetricsLogger, wandb: WandbLogger) -> dict:
+    """Stop the telemetry, then write summary.json (facts with the records and the energy) and the plots and
+    hand the summary to W&B."""
     energy = logger.sampler.energy_wh()
     logger.sampler.stop()
-    progress, clock, run_dir = state.progress, state.clock, state.run_dir
-    summary = build_summary(
-        records=read_records(run_dir / "metrics.jsonl"), stop_reason=stop_reason,
-        progress=vars(progress), budget_hours=cfg.budget, wall_budget=clock.budget_seconds,
-        session_training_s=progress.elapsed - clock.elapsed_before, session_wall_s=session_wall_s,
-        first_steps=logger.first_steps, peak_memory=peak_memory_gb(settings.device), energy_wh=energy,
-        flops_per_token=flops_per_token, peak_tflops=settings.profile.peak_tflops,
-        microbatch={"size": settings.microbatch_size, "source": microbatch_source}, provenance=run_provenance,
-        held_out_rows=dataset.held_out_rows, validation_s=clock.paused_seconds, stop_detail=early_stop,
-        step_timing=step_timing,
-    )
+    summary = build_summary(dataclasses.replace(facts, records=read_records(run_dir / "metrics.jsonl"),
+                                                energy_wh=energy))
     write_summary(run_dir / "summary.json", summary)
     plot_run(run_dir)
     wandb.summary(summary, prefix="summary/")

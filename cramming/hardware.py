@@ -19,7 +19,7 @@ class GpuProfile:
     name: str = MISSING
     device: str = "cuda"  # cuda | cpu
     match: list[str] = field(default_factory=list)  # substrings of torch.cuda.get_device_name() for detection
-    memory_gb: float = 0.0
+    memory_gb: float = 0.0  # GiB the microbatch search may fill (the card's if less; 0: the card's)
     peak_tflops: Optional[float] = None  # dense tensor throughput at `precision`; None: unknown (no MFU)
     precision: str = "bf16"  # bf16 | fp16 (with loss scaling) | fp32
     microbatch_size: int = 128

@@ -17,7 +17,7 @@ import statistics
 import torch
 
 from cramming.errors import CrammingError, exit_on_user_error
-from cramming.train.callbacks.sparsity import two_of_four_mask
+from cramming.train.techniques.sparsity import two_of_four_mask
 
 
 def median_ms(matmul, repeats: int) -> float:

@@ -25,7 +25,7 @@ CUDA_ONLY = ("adamw8bit", "offload")
 
 def check_variants(variants: list[str], device: torch.device, compiled: bool, dtype: str) -> None:
     """One line naming the first variant that cannot run with these settings, before anything is built."""
-    from cramming.train.low_precision import fp8_problem
+    from cramming.train.techniques.fp8 import fp8_problem
 
     for name in variants:
         if name not in VARIANTS:
@@ -50,8 +50,9 @@ def variant_step(name: str, arch: ModelConfig, vocab_size: int, batch: dict, pre
                  device: torch.device, compile_mode: str | None, fused_adamw: bool) -> TimedStep:
     """Our model and optimizer with the variant switched on, as pretraining builds them; compile_mode None:
     eager."""
-    from cramming.train.activation_checkpointing import checkpoint_activations
-    from cramming.train.low_precision import convert_to_fp8, offload
+    from cramming.train.techniques.activation_checkpointing import checkpoint_activations
+    from cramming.train.techniques.fp8 import convert_to_fp8
+    from cramming.train.techniques.offload import offload
     from cramming.train.optimizers import build_pretraining_optimizer, optimizer_defaults
 
     model = build_mlm_model(arch, vocab_size).to(device)

@@ -63,7 +63,8 @@ def _quantize(cfg: ExportConfig) -> None:
     """The int8 copy in `out` of a checkpoint (exported to a temporary folder first) or of a transformers
     folder; its size against the fp32 export's, and with quantize_eval_task the GLUE dev scores of both."""
     from cramming.model.export import export_to_transformers
-    from cramming.model.quantize import QUANTIZATIONS, glue_dev_scores, is_transformers_export, write_quantized
+    from cramming.eval.finetune import glue_dev_scores
+    from cramming.model.quantize import QUANTIZATIONS, is_transformers_export, write_quantized
 
     if cfg.quantize not in QUANTIZATIONS:
         raise CrammingError(f"quantize={cfg.quantize!r} must be one of {', '.join(QUANTIZATIONS)} (or null: none)")

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, Dataset
 from cramming.data.mlm import MLMCollator, PackedRows
 from cramming.data.store import PreparedDataset
 
-# What a sampling stream (cramming.train.callbacks.importance_sampling) adds to a batch beside the model's
+# What a sampling stream (cramming.train.techniques.importance_sampling) adds to a batch beside the model's
 # inputs: the rows' positions in the data order and their importance weights, for the loss, not the model.
 SAMPLE_KEYS = ("sample_positions", "sample_weights")
 

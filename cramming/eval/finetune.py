@@ -3,6 +3,7 @@
 import logging
 import math
 import time
+from pathlib import Path
 
 import torch
 
@@ -116,3 +117,31 @@ def predict(
 
 def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
     return {key: value.to(device, non_blocking=True) for key, value in batch.items()}
+
+
+def glue_dev_scores(folder: Path, task_name: str, glue_dir: str | None) -> dict:
+    """A fine-tuned classifier export's (fp32, or its int8 copy: model/quantize.py) scores on the task's dev
+    split(s), on the CPU, with the GLUE protocol's tokenization."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from cramming.eval.batching import encode_split
+    from cramming.eval.data import TASKS, load_task
+    from cramming.model.quantize import auto_class
+
+    if task_name not in TASKS:
+        raise CrammingError(f"quantize_eval_task={task_name!r} is not a GLUE task; choose one of {', '.join(TASKS)}")
+    task, protocol = TASKS[task_name], GlueConfig()
+    # an int8 copy's config.json carries its quantization_config: transformers loads it through torchao
+    model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)
+    masked_lm = auto_class(folder).__name__.endswith("MaskedLM")
+    if masked_lm or getattr(model.config, "num_labels", None) != task.num_labels:
+        raise CrammingError(f"quantize_eval_task={task_name}: {folder} is not a classifier fine-tuned on it (a "
+                            f"{task.num_labels}-label head); quantize one kept by eval_glue.py eval.save_models=true")
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    data = load_task(task, glue_dir, protocol.max_malformed_fraction)
+    cpu, fp32 = torch.device("cpu"), Precision("fp32", "cpu")
+    scores = {}
+    for name, split in data.evaluations.items():
+        encoded = encode_split(split, tokenizer, protocol.max_length, task.num_labels == 1)
+        scores[name] = evaluate(model, encoded, name, protocol.eval_batch_size, cpu, fp32, tokenizer.pad_token_id)
+    return scores

@@ -6,14 +6,13 @@ too). Embeddings, LayerNorms and the tied decoder (F.linear on the embedding mat
 fp32. The copy is a transformers folder like the export (same config, tokenizer and remote code, plus
 its `quantization_config`); it loads with `from_pretrained(..., trust_remote_code=True)` where torchao is
 installed. It is for inference: fine-tuning int8 weights is not what it is for, so quantize the fine-tuned
-classifier (eval.save_models=true keeps them) and score it with `quantize_eval_task`.
+classifier (eval.save_models=true keeps them) and score it with `quantize_eval_task`
+(cramming.eval.finetune.glue_dev_scores).
 """
 
 import json
 import os
 from pathlib import Path
-
-import torch
 
 from ..errors import CrammingError
 
@@ -30,7 +29,7 @@ def is_transformers_export(folder: Path) -> bool:
     return isinstance(config, dict) and config.get("format") != "cramming" and "model_type" in config
 
 
-def _auto_class(folder: Path):
+def auto_class(folder: Path):
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
     config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
@@ -47,7 +46,7 @@ def load_quantized(folder: str | os.PathLike, method: str = "int8"):
         raise CrammingError(f"quantize={method!r} must be one of {', '.join(QUANTIZATIONS)} (or null: none)")
     folder = Path(folder)
     config = TorchAoConfig(Int8DynamicActivationInt8WeightConfig())
-    auto = _auto_class(folder)
+    auto = auto_class(folder)
     return auto.from_pretrained(folder, trust_remote_code=True, device_map="cpu", quantization_config=config)
 
 
@@ -64,33 +63,3 @@ def write_quantized(export_dir: str | os.PathLike, out_dir: str | os.PathLike, m
     _name_a_tokenizer_class_every_version_has(out_dir / "tokenizer_config.json")
     fp32, quantized = (export_dir / WEIGHTS).stat().st_size, (out_dir / WEIGHTS).stat().st_size
     return {"method": method, "fp32_bytes": fp32, "quantized_bytes": quantized, "ratio": quantized / fp32}
-
-
-def glue_dev_scores(folder: Path, task_name: str, glue_dir: str | None) -> dict:
-    """A fine-tuned classifier's (fp32 export or int8 copy) scores on the task's dev split(s), on the CPU, with
-    the GLUE protocol's tokenization."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    from ..eval.batching import encode_split
-    from ..eval.config import GlueConfig
-    from ..eval.data import TASKS, load_task
-    from ..eval.finetune import evaluate
-    from ..runtime import Precision
-
-    if task_name not in TASKS:
-        raise CrammingError(f"quantize_eval_task={task_name!r} is not a GLUE task; choose one of {', '.join(TASKS)}")
-    task, protocol = TASKS[task_name], GlueConfig()
-    # an int8 copy's config.json carries its quantization_config: transformers loads it through torchao
-    model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)
-    masked_lm = _auto_class(folder).__name__.endswith("MaskedLM")
-    if masked_lm or getattr(model.config, "num_labels", None) != task.num_labels:
-        raise CrammingError(f"quantize_eval_task={task_name}: {folder} is not a classifier fine-tuned on it (a "
-                            f"{task.num_labels}-label head); quantize one kept by eval_glue.py eval.save_models=true")
-    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-    data = load_task(task, glue_dir, protocol.max_malformed_fraction)
-    cpu, fp32 = torch.device("cpu"), Precision("fp32", "cpu")
-    scores = {}
-    for name, split in data.evaluations.items():
-        encoded = encode_split(split, tokenizer, protocol.max_length, task.num_labels == 1)
-        scores[name] = evaluate(model, encoded, name, protocol.eval_batch_size, cpu, fp32, tokenizer.pad_token_id)
-    return scores

@@ -12,7 +12,6 @@ import logging
 import os
 import pickle
 import shutil
-import time
 import warnings
 from pathlib import Path
 
@@ -28,12 +27,9 @@ from cramming.runs import FINAL, STATE_FILE, step_name
 from cramming.train.callbacks import Callback, CallbackList
 from cramming.train.compare import differences, flatten
 from cramming.train.config import TrainConfig
-from cramming.train.plots import plot_run
 from cramming.train.state import Progress, TrainState
 
 log = logging.getLogger("pretrain")
-# Redrawing the plots takes about a second: at most this often with checkpoints (always at the end).
-PLOT_EVERY_S = 300
 RESUME_MUST_MATCH = ("arch", "data", "train")
 # What a resume may change: the way out of a diverged run is its last good checkpoint with a lower lr.
 RESUME_MAY_CHANGE = (("train", "optim", "lr"), ("train", "max_nonfinite_steps"),
@@ -177,7 +173,6 @@ class Checkpointer(Callback):
         self.last_good = last_good  # a resumed run starts from a good one
         self.unconfirmed: Path | None = None  # written, but no step has run on its weights yet
         self.newest: Path | None = last_good  # the last one written (or resumed from)
-        self.plotted_at = -PLOT_EVERY_S  # wall time of the last redraw of the plots
 
     def on_train_start(self, state: TrainState) -> None:
         self.last_at = state.clock.elapsed
@@ -242,9 +237,6 @@ class Checkpointer(Callback):
             self.last_good = written
         else:
             self.unconfirmed = written
-            if time.perf_counter() - self.plotted_at >= PLOT_EVERY_S:  # the end of the run draws its own
-                plot_run(state.run_dir)
-                self.plotted_at = time.perf_counter()
 
 
 class NonFiniteWeightsError(CrammingError):

@@ -10,6 +10,11 @@ from cramming.data.config import DataConfig
 from cramming.eval.config import GlueConfig
 from cramming.model.config import ModelConfig
 from cramming.hardware import GpuProfile
+from cramming.train.techniques.distillation import DistillConfig
+from cramming.train.techniques.ema import EmaConfig
+from cramming.train.techniques.layer_drop import LayerDropConfig
+from cramming.train.techniques.sparsity import SparsityConfig
+from cramming.train.techniques.stacking import StackingConfig
 
 
 @dataclass
@@ -28,51 +33,9 @@ class OptimConfig:
     hessian_every: Optional[int] = None  # sophia: steps between Hessian estimates
     decay_embeddings: bool = True  # false: no weight decay on embedding tables either
     grad_clip: Optional[float] = 0.5  # max global gradient norm; null disables
-    # > 0: sharpness-aware minimization around the optimizer (cramming.train.sam): each step's gradient is
+    # > 0: sharpness-aware minimization around the optimizer (cramming.train.techniques.sam): each step's gradient is
     # taken again at the weights moved by sam_rho along the normalized gradient; two passes per step
     sam_rho: float = 0.0
-
-
-@dataclass
-class LayerDropConfig:
-    """Progressive layer dropping (cramming.train.callbacks.layer_drop); off at max_rate 0."""
-
-    max_rate: float = 0.0  # the deepest layer's drop probability once the rate has risen; layer i of L: i/L of it
-    rise_fraction: float = 0.1  # the rate rises as 1 - exp(-f / rise_fraction) with progress f
-
-
-@dataclass
-class SparsityConfig:
-    """Sparse weight matrices in the encoder's layers (cramming.train.callbacks.sparsity); off at method null."""
-
-    # magnitude (gradual pruning) | rigl (dynamic sparse training) | semi-structured-2:4 (2 of every 4, one
-    # shot at `start`; NVIDIA Ampere or later) | lottery (a finished dense run's ticket, rewound)
-    method: Optional[str] = None
-    density: float = 0.5  # the fraction of each matrix's weights kept (2:4: exactly 0.5)
-    start: float = 0.1  # magnitude: progress at which pruning starts; semi-structured-2:4: the one pruning
-    end: float = 0.8  # magnitude: progress at which the density is reached; rigl: its last mask update
-    update_every: int = 100  # rigl: optimizer steps between mask updates
-    ticket: Optional[str] = None  # lottery: the dense run (or its directory of runs) whose final weights pick the mask
-    # lottery: the progress fraction of the ticket run's kept checkpoint (checkpoint.keep_at) the surviving
-    # weights rewind to; null: the initialization, which the same train.seed and arch rebuild
-    rewind: Optional[float] = None
-
-
-@dataclass
-class DistillConfig:
-    """Knowledge distillation from a trained teacher (cramming.train.callbacks.distillation); off without one."""
-
-    teacher: Optional[str] = None  # a checkpoint or run directory of a model pretrained on the same tokenizer
-    alpha: float = 0.5  # loss = (1 - alpha) * MLM loss + alpha * KL(teacher || student) at the masked positions
-    temperature: float = 2.0  # both distributions softened by it; the KL term is multiplied by its square
-
-
-@dataclass
-class StackingConfig:
-    """Progressive stacking (cramming.train.callbacks.stacking); off when `stages` is empty."""
-
-    stages: list[int] = field(default_factory=list)  # layer counts, e.g. [4, 8, 16]; the last is arch.num_layers
-    at: Optional[list[float]] = None  # progress fractions at which stages 2, 3, ... start; null: equal shares
 
 
 @dataclass
@@ -107,12 +70,13 @@ class TrainConfig:
     check_nonfinite_every: int = 10
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     # sequential: the prepared data order | importance: rows drawn by their last-seen loss, importance-
-    # weighted (cramming.train.callbacks.importance_sampling)
+    # weighted (cramming.train.techniques.importance_sampling)
     sampling: str = "sequential"
     layer_drop: LayerDropConfig = field(default_factory=LayerDropConfig)
     stacking: StackingConfig = field(default_factory=StackingConfig)
     distill: DistillConfig = field(default_factory=DistillConfig)
     sparsity: SparsityConfig = field(default_factory=SparsityConfig)
+    ema: EmaConfig = field(default_factory=EmaConfig)
 
 
 @dataclass

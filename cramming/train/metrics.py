@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -32,6 +33,27 @@ def format_duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
 
 
+@dataclass
+class StepFacts:
+    """What one record says about training at its step; MetricsLog adds the interval's speed and MFU."""
+
+    step: int
+    microbatches: int
+    tokens: int
+    elapsed: float  # on the budget clock
+    remaining: float
+    budget_fraction: float
+    loss: float  # mean over the interval's steps
+    lr: float
+    batch_size: int
+    nonfinite: int  # non-finite steps skipped so far
+    grad_norm: float  # mean over the interval's steps, before clipping
+    clipped_fraction: float | None  # of those steps (None without grad_clip)
+    telemetry: dict
+    validation: dict | None = None
+    planned_batch_size: int | None = None  # set when the budget ran out mid-step and the step took fewer sequences
+
+
 class MetricsLog:
     """Appends records to metrics.jsonl (rank 0 only); on resume drops records past the checkpoint, in an
     atomic rewrite: a kill during it leaves the old file, never an empty one."""
@@ -54,44 +76,42 @@ class MetricsLog:
         """Mark the start of training, for the first tokens/s figure."""
         self.last_time = time.perf_counter()
 
-    def record(self, *, step: int, microbatches: int, tokens: int, elapsed: float, remaining: float,
-               budget_fraction: float, loss: float, lr: float, batch_size: int, nonfinite: int,
-               grad_norm: float, clipped_fraction: float | None, telemetry: dict,
-               validation: dict | None = None, planned_batch_size: int | None = None) -> dict:
-        """planned_batch_size: set when the budget ran out mid-step and the step took fewer sequences."""
+    def record(self, facts: StepFacts) -> dict:
+        """Append the record of `facts` and log its console line; returns the record."""
+        f = facts
         now = time.perf_counter()
         interval = now - self.last_time
-        tokens_per_s = (tokens - self.last_tokens) / interval if interval > 0 else None
-        self.last_time, self.last_tokens = now, tokens
+        tokens_per_s = (f.tokens - self.last_tokens) / interval if interval > 0 else None
+        self.last_time, self.last_tokens = now, f.tokens
         mfu = model_flops_utilization(tokens_per_s, self.flops_per_token, self.peak_tflops) if tokens_per_s else None
         record = {
-            "step": step,
-            "microbatches": microbatches,
-            "elapsed": round(elapsed, 3),
-            "tokens": tokens,
-            "loss": round(loss, 5),
-            "lr": lr,
-            "batch_size": batch_size,
-            **({"planned_batch_size": planned_batch_size} if planned_batch_size else {}),
+            "step": f.step,
+            "microbatches": f.microbatches,
+            "elapsed": round(f.elapsed, 3),
+            "tokens": f.tokens,
+            "loss": round(f.loss, 5),
+            "lr": f.lr,
+            "batch_size": f.batch_size,
+            **({"planned_batch_size": f.planned_batch_size} if f.planned_batch_size else {}),
             "tokens_per_s": round(tokens_per_s, 1) if tokens_per_s else None,
             "mfu": round(mfu, 4) if mfu is not None else None,
-            "nonfinite_skipped": nonfinite,
-            "grad_norm": finite(grad_norm),  # mean over the interval's steps, before clipping
-            "clipped_fraction": clipped_fraction,  # of those steps (None without grad_clip)
-            **{key: finite(value) for key, value in (validation or {}).items()},
-            **telemetry,
+            "nonfinite_skipped": f.nonfinite,
+            "grad_norm": finite(f.grad_norm),
+            "clipped_fraction": f.clipped_fraction,
+            **{key: finite(value) for key, value in (f.validation or {}).items()},
+            **f.telemetry,
         }
         with open(self.path, "a") as handle:
             handle.write(json.dumps(record) + "\n")
-        eta = time.strftime("%H:%M", time.localtime(time.time() + remaining))
+        eta = time.strftime("%H:%M", time.localtime(time.time() + f.remaining))
         log.info(
             "step %d | budget %.1f%% used, %s left (ETA %s) | loss %.4f%s | lr %.2e | batch %d%s | grad norm %.3g | "
             "%s tok/s | MFU %s%s",
-            step, 100 * budget_fraction, format_duration(remaining), eta, loss,
-            f" (validation {validation['val_loss']:.4f})" if validation else "", lr, batch_size,
-            f" of {planned_batch_size} (the budget ran out mid-step)" if planned_batch_size else "", grad_norm,
+            f.step, 100 * f.budget_fraction, format_duration(f.remaining), eta, f.loss,
+            f" (validation {f.validation['val_loss']:.4f})" if f.validation else "", f.lr, f.batch_size,
+            f" of {f.planned_batch_size} (the budget ran out mid-step)" if f.planned_batch_size else "", f.grad_norm,
             f"{tokens_per_s:,.0f}" if tokens_per_s else "-", f"{100 * mfu:.1f}%" if mfu is not None else "n/a",
-            _hardware(telemetry),
+            _hardware(f.telemetry),
         )
         return record
 
@@ -174,7 +194,7 @@ class MetricsLogger(Callback):
         if not steps:
             return False
         state.nonfinite.read(progress, progress.step)  # the skipped count as of this step
-        record = self.metrics.record(
+        record = self.metrics.record(StepFacts(
             step=progress.step, microbatches=progress.microbatches, tokens=progress.tokens,
             elapsed=clock.elapsed, remaining=clock.remaining, budget_fraction=clock.fraction,
             loss=loss, lr=state.lr, batch_size=state.step_microbatches * self.sequences_per_microbatch,
@@ -183,7 +203,7 @@ class MetricsLogger(Callback):
             nonfinite=progress.nonfinite_total, grad_norm=grad_norm,
             clipped_fraction=round(clipped, 4) if self.grad_clip else None, telemetry=self.sampler.read(),
             validation=state.validation,
-        )
+        ))
         self.wandb.log(record)
         self.last_record = record
         self.sums.zero_()

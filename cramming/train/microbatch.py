@@ -62,15 +62,26 @@ def search_microbatch(step: Callable[[int], int], start: int, limit: int, usable
 
 
 def cache_key(device: torch.device, arch: dict, seq_length: int, precision: str, world_size: int,
-              activation_checkpointing: bool = False) -> str:
-    """What the answer depends on: the card, the model, the sequence length, the precision, DDP's buffers,
-    and whether activations are recomputed (they are most of the memory)."""
+              activation_checkpointing: bool = False, optimizer: str = "adamw", fp8: bool = False,
+              technique_bytes: int = 0, memory_gb: float = 0.0) -> str:
+    """What the answer depends on: the card (and the profile's memory ceiling), the model, the sequence length,
+    the precision, DDP's buffers, whether activations are recomputed (they are most of the memory), the
+    optimizer (its state), fp8 (its casts and scales) and what the techniques hold."""
     properties = torch.cuda.get_device_properties(device)
     described = {"gpu": properties.name, "memory": properties.total_memory, "arch": arch,
                  "seq_length": seq_length, "precision": precision, "ddp": world_size > 1}
-    if activation_checkpointing:  # absent otherwise, so that earlier runs' cached answers still match
-        described["activation_checkpointing"] = True
+    # each absent at its default, so that earlier runs' cached answers still match
+    optional = {"activation_checkpointing": activation_checkpointing, "optimizer": optimizer != "adamw" and optimizer,
+                "fp8": fp8, "technique_bytes": technique_bytes, "memory_gb": memory_gb}
+    described.update({key: value for key, value in optional.items() if value})
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def usable_bytes(total_memory: int, memory_gb: float) -> float:
+    """The memory the search may fill: the card's, or less where the profile's memory_gb says so (a card
+    shared with another job, or a profile that should behave like a smaller card), less the margin."""
+    ceiling = min(total_memory, memory_gb * 2**30) if memory_gb > 0 else total_memory
+    return (1 - MEMORY_MARGIN) * ceiling
 
 
 def cached_search(cache_dir: Path, key: str, search: Callable[[], tuple[int, list]]) -> tuple[int, str]:
@@ -132,12 +143,13 @@ def cuda_step(model: torch.nn.Module, seq_length: int, vocab_size: int, mlm_rate
 
 
 def choose_microbatch(cfg, settings: Settings, dist: Distributed, model: torch.nn.Module, vocab_size: int,
-                      seq_length: int, saved: dict | None) -> tuple[Settings, str]:
+                      seq_length: int, saved: dict | None, technique_bytes: int = 0) -> tuple[Settings, str]:
     """The microbatch size and where it came from, before the clock starts (the search is outside the budget).
 
     impl.microbatch_size when set; else a resumed run's checkpoint's (its fingerprint must match); else on
     the CPU the profile's; else on a GPU the largest power of two that fits, searched upward from the
     profile's microbatch_size and cached per GPU, architecture, sequence length and precision.
+    technique_bytes: what the techniques hold beside a plain step (cramming.train.techniques.extra_memory).
     """
     if settings.microbatch_size is not None:
         return settings, "impl.microbatch_size"
@@ -149,11 +161,15 @@ def choose_microbatch(cfg, settings: Settings, dist: Distributed, model: torch.n
     if dist.is_main:
         parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         extra = parameter_bytes * (3 if dist.enabled else 2)  # AdamW's two moments, DDP's gradient buckets
-        step = cuda_step(model, seq_length, vocab_size, cfg.train.mlm_rate, settings.precision, extra)
-        usable = (1 - MEMORY_MARGIN) * torch.cuda.get_device_properties(settings.device).total_memory
+        step = cuda_step(model, seq_length, vocab_size, cfg.train.mlm_rate, settings.precision,
+                         extra + technique_bytes)
+        total = torch.cuda.get_device_properties(settings.device).total_memory
+        memory_gb = settings.profile.memory_gb if settings.profile.memory_gb * 2**30 < total else 0.0  # 0: the card's
+        usable = usable_bytes(total, memory_gb)
         limit = max(cfg.train.batch_size // dist.world_size, 1)
         key = cache_key(settings.device, OmegaConf.to_container(cfg.arch, resolve=True), seq_length,
-                        settings.precision.name, dist.world_size, cfg.impl.activation_checkpointing)
+                        settings.precision.name, dist.world_size, cfg.impl.activation_checkpointing,
+                        cfg.train.optim.name, cfg.impl.fp8, technique_bytes, memory_gb)
         with torch.random.fork_rng(devices=[settings.device]):
             chosen = cached_search(Path(cfg.cache_dir).expanduser(), key, lambda: search_microbatch(
                 step, settings.profile.microbatch_size, limit, usable))

@@ -4,7 +4,7 @@ Every `train.optim` hyperparameter left null takes the chosen optimizer's defaul
 an error rather than silently ignored. Weight decay falls on matrices only for all of them
 (cramming.runtime.parameter_groups). Implementations come from torch.optim where it has them and from
 pytorch-optimizer (LAMB, Lion, Muon with its AdamW groups) otherwise, SophiaG written here
-(cramming.train.sophia), and torchao's AdamW8bit (CUDA only: cramming.train.low_precision refuses it
+(cramming.train.techniques.sophia), and torchao's AdamW8bit (CUDA only: cramming.train.techniques refuses it
 elsewhere); docs/ablations.md says what each does.
 """
 
@@ -18,6 +18,7 @@ from torch import nn
 from cramming import CONFIG_DIR
 from cramming.errors import CrammingError
 from cramming.runtime import build_optimizer, parameter_groups
+from cramming.train.encoder import encoder_matrices
 
 HYPERPARAMETERS = ("lr", "betas", "eps", "weight_decay", "momentum", "gamma", "hessian_every")
 
@@ -61,7 +62,7 @@ def _muon(model, optim):
     """Muon for the 2-D matrices inside the encoder's layers; AdamW groups for everything else."""
     from pytorch_optimizer import Muon
 
-    hidden = {id(p) for name, p in model.named_parameters() if p.dim() == 2 and ".layer." in f".{name}"}
+    hidden = {id(p) for p in encoder_matrices(model).values()}
     groups = []
     for group in _groups(model, optim):
         for use_muon in (True, False):
@@ -73,8 +74,8 @@ def _muon(model, optim):
 
 
 def _sophia(model, optim):
-    """SophiaG (cramming.train.sophia); its Hessian estimates come from a callback (techniques.py)."""
-    from cramming.train.sophia import SophiaG
+    """SophiaG; its Hessian estimates come from its technique (cramming.train.techniques.sophia)."""
+    from cramming.train.techniques.sophia import SophiaG
 
     return SophiaG(_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas), gamma=optim.gamma,
                    weight_decay=optim.weight_decay)

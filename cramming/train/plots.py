@@ -4,7 +4,9 @@ Drawn with matplotlib's object API on the Agg canvas (no pyplot, no display, no 
 works on a headless machine and from any thread.
 """
 
+import time
 from pathlib import Path
+from typing import Callable
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -12,9 +14,13 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
 from cramming.errors import CrammingError
+from cramming.train.callbacks import Callback
+from cramming.train.state import TrainState
 from cramming.train.summary import read_records
 
 PLOTS_DIR = "plots"
+# Redrawing the plots takes about a second: at most this often while training (the end of the run draws its own).
+REDRAW_EVERY_S = 300
 # Hardware panels, drawn where the run logged them: (key, axis label).
 HARDWARE = [("gpu_util", "GPU utilization (%)"), ("gpu_mem_gb", "GPU memory used (GiB)"),
             ("gpu_temp_c", "GPU temperature (°C)"), ("gpu_power_w", "GPU power (W)"),
@@ -136,3 +142,20 @@ def comparison_figure(runs: list[tuple[str, list[dict]]]) -> Figure:
         axes.legend(fontsize=8)
     figure.suptitle(f"{len(runs)} runs")
     return figure
+
+
+class PlotRefresh(Callback):
+    """Rank 0 redraws the run's plots after a step checkpoint is written (at most every REDRAW_EVERY_S), so a
+    run that crashes has plots up to the checkpoint it resumes from. `newest`: the newest checkpoint written."""
+
+    name = "plot_refresh"
+
+    def __init__(self, newest: Callable[[], Path | None]):
+        self.newest, self.drawn_for = newest, newest()
+        self.drawn_at = -REDRAW_EVERY_S
+
+    def after_step(self, state: TrainState) -> None:
+        newest = self.newest()
+        if newest != self.drawn_for and time.perf_counter() - self.drawn_at >= REDRAW_EVERY_S:
+            plot_run(state.run_dir)
+            self.drawn_for, self.drawn_at = newest, time.perf_counter()

@@ -11,8 +11,7 @@ from cramming.errors import CrammingError
 from cramming.hardware import GpuProfile, check_profile, known_profiles, resolve_auto, warn_if_mismatched
 from cramming.data.checks import check_data_config
 from cramming.model.config import as_model_config
-from cramming.runtime import LR_SCHEDULES, Precision, resolve_device
-from cramming.train.low_precision import check_low_precision
+from cramming.runtime import Precision, check_lr_schedule, resolve_device
 from cramming.train.techniques import check_techniques
 from cramming.train.wandb_logger import check_wandb_config
 
@@ -33,6 +32,7 @@ def device_type(cfg) -> str:
 
 
 def resolve_settings(cfg, local_rank: int) -> Settings:
+    """The profile's defaults with impl.* applied, after check_train_config."""
     profiles = known_profiles()
     chosen = OmegaConf.to_object(cfg.gpu)
     if chosen.name != "auto" and chosen.name not in profiles:
@@ -45,8 +45,6 @@ def resolve_settings(cfg, local_rank: int) -> Settings:
     precision = Precision.resolve(impl.precision or profile.precision, device, "impl.precision")
     if device.type == "cpu" and precision.name != "fp32":
         raise CrammingError(f"impl.precision={precision.name} is for GPUs; the cpu profile trains in fp32")
-    if impl.microbatch_size is not None and impl.microbatch_size < 1:
-        raise CrammingError(f"impl.microbatch_size={impl.microbatch_size} must be positive")
     return Settings(
         profile=profile,
         device=device,
@@ -78,8 +76,6 @@ def check_train_config(cfg) -> None:
         (not impl.deterministic or train.progress == "steps",
          "impl.deterministic=true needs train.progress=steps (e.g. train=steps): a budget-driven schedule follows "
          "the wall clock, which no two runs share"),
-        (train.lr_schedule in LR_SCHEDULES,
-         f"train.lr_schedule={train.lr_schedule!r} is unknown; choose one of {', '.join(LR_SCHEDULES)}"),
         (math.isfinite(optim.lr) and optim.lr > 0, f"train.optim.lr={optim.lr} must be positive and finite"),
         # betas, eps and momentum are null where the optimizer does not read them (cramming.train.optimizers)
         (optim.betas is None or (len(optim.betas) == 2 and all(0 <= beta < 1 for beta in optim.betas)),
@@ -130,6 +126,6 @@ def check_train_config(cfg) -> None:
     for ok, problem in rules:
         if not ok:
             raise CrammingError(problem)
+    check_lr_schedule(train.lr_schedule)
     check_techniques(cfg)
-    check_low_precision(cfg)
     check_wandb_config(cfg.wandb)

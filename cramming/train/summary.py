@@ -8,6 +8,7 @@ metrics.jsonl, so the summary and the curve always agree.
 import json
 import resource
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -102,29 +103,50 @@ def peak_memory_gb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30  # Linux reports KiB
 
 
-def build_summary(*, records: list[dict], stop_reason: str, progress: dict, budget_hours: float,
-                  wall_budget: float, session_training_s: float, session_wall_s: float,
-                  first_steps: list[tuple[float, int]], peak_memory: float, energy_wh: float | None,
-                  flops_per_token: float, peak_tflops: float | None, microbatch: dict, provenance: dict,
-                  held_out_rows: int = 0, validation_s: float = 0.0, stop_detail: str | None = None,
-                  step_timing: dict | None = None) -> dict:
+@dataclass
+class RunFacts:
+    """What summary.json is built from: the run's records and progress, its budget and timing, its set-up."""
+
+    records: list[dict]
+    stop_reason: str  # budget | max_steps | early_stop | non-finite | interrupted | error
+    progress: dict  # Progress as a dict
+    budget_hours: float
+    wall_budget: float
+    session_training_s: float  # this process, on the budget clock
+    session_wall_s: float  # this process, wall
+    first_steps: list[tuple[float, int]]  # (seconds, microbatches) of the first steps: the compile estimate
+    peak_memory: float  # GiB
+    energy_wh: float | None
+    flops_per_token: float
+    peak_tflops: float | None
+    microbatch: dict  # {"size", "source"}
+    provenance: dict
+    held_out_rows: int = 0
+    validation_s: float = 0.0
+    stop_detail: str | None = None
+    step_timing: dict | None = None
+
+
+def build_summary(facts: RunFacts) -> dict:
+    records, progress, wall_budget = facts.records, facts.progress, facts.wall_budget
+    flops_per_token, peak_tflops, step_timing = facts.flops_per_token, facts.peak_tflops, facts.step_timing
     elapsed = progress["elapsed"]
     tokens_per_s = progress["tokens"] / elapsed if elapsed > 0 else None
     mfu = model_flops_utilization(tokens_per_s, flops_per_token, peak_tflops) if tokens_per_s else None
-    compiled = compile_seconds(first_steps)
+    compiled = compile_seconds(facts.first_steps)
     steady = steady_tokens_per_s(records)
     steady_mfu = model_flops_utilization(steady, flops_per_token, peak_tflops) if steady else None
     return {
-        "stop_reason": stop_reason,  # budget | max_steps | early_stop | non-finite | interrupted | error
-        "stop_detail": stop_detail,  # why, for early_stop
+        "stop_reason": facts.stop_reason,  # budget | max_steps | early_stop | non-finite | interrupted | error
+        "stop_detail": facts.stop_detail,  # why, for early_stop
         "tokens": progress["tokens"],
         "steps": progress["step"],
         "microbatches": progress["microbatches"],
-        "microbatch_size": microbatch["size"],
-        "microbatch_source": microbatch["source"],
+        "microbatch_size": facts.microbatch["size"],
+        "microbatch_source": facts.microbatch["source"],
         "final_loss": records[-1]["loss"] if records else None,
         "smoothed_loss": smoothed_loss(records),
-        "validation": validation_summary(records, held_out_rows, validation_s, wall_budget),
+        "validation": validation_summary(records, facts.held_out_rows, facts.validation_s, wall_budget),
         "mean_tokens_per_s": round(tokens_per_s, 1) if tokens_per_s else None,
         "mean_mfu": round(mfu, 4) if mfu is not None else None,
         "steady_tokens_per_s": round(steady, 1) if steady else None,  # after the first record: no compile
@@ -132,15 +154,15 @@ def build_summary(*, records: list[dict], stop_reason: str, progress: dict, budg
         "nonfinite_skipped": progress["nonfinite_total"],
         "training_s": round(elapsed, 3),  # on the budget clock, earlier runs of a resumed training included
         "compile_s": round(compiled, 3) if compiled is not None else None,  # estimate, this process only
-        "time_shares": time_shares(step_timing, session_training_s) if step_timing else None,
-        "outside_training_s": round(session_wall_s - session_training_s, 3),  # this process: data, search, setup
+        "time_shares": time_shares(step_timing, facts.session_training_s) if step_timing else None,
+        "outside_training_s": round(facts.session_wall_s - facts.session_training_s, 3),  # this process: data, search, setup
         "lost_to_crashes_s": round(progress["lost_to_crashes"], 3),  # charged on resumes (heartbeat.json)
-        "peak_memory_gb": round(peak_memory, 3),
-        "energy_wh": round(energy_wh, 3) if energy_wh is not None else None,  # NVML, this process only
-        "budget_gpu_hours": budget_hours,
+        "peak_memory_gb": round(facts.peak_memory, 3),
+        "energy_wh": round(facts.energy_wh, 3) if facts.energy_wh is not None else None,  # NVML, this process only
+        "budget_gpu_hours": facts.budget_hours,
         "budget_wall_s": round(wall_budget, 3),
         "budget_used_fraction": round(min(elapsed / wall_budget, 1.0), 4),
-        "provenance": provenance,  # code, packages, device, config hash, dataset (cramming.provenance)
+        "provenance": facts.provenance,  # code, packages, device, config hash, dataset (cramming.provenance)
     }
 
 

@@ -6,6 +6,7 @@ calls the callbacks at its named points: techniques first, then the metrics reco
 """
 
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -29,25 +30,24 @@ from cramming.runtime import deterministic_algorithms, prepare_device
 from cramming.train.callbacks import Callback, CallbackList
 from cramming.train.checkpoint import (Checkpointer, NonFiniteWeightsError, load_state, restore,
                                        resume_fingerprint)
-from cramming.train.activation_checkpointing import checkpoint_activations
 from cramming.train.clock import BudgetClock, time_source
 from cramming.train.distributed import Distributed
 from cramming.train.divergence import resume_advice
 from cramming.train.heartbeat import Heartbeat, charge_lost_time
 from cramming.train.interrupt import Interrupted
-from cramming.train.low_precision import check_on_device, convert_to_fp8, offload
 from cramming.train.loop import Schedule, run_loop
 from cramming.train.metrics import MetricsLog, MetricsLogger, format_duration
 from cramming.train.microbatch import choose_microbatch
 from cramming.train.optimizers import build_pretraining_optimizer, resolve_optim
-from cramming.train.plots import plot_run
+from cramming.train.plots import PlotRefresh, plot_run
 from cramming.train.progress_bar import ProgressBar, use_bar
 from cramming.train.settings import Settings, check_train_config, device_profile, device_type, resolve_settings
 from cramming.train.state import Progress, TrainState
 from cramming.train.nonfinite import NonFiniteLossError, NonFiniteSteps
 from cramming.train.stopping import StoppingRule
-from cramming.train.techniques import build_step, build_techniques, data_stream
-from cramming.train.summary import build_summary, peak_memory_gb, read_records, write_summary
+from cramming.train.techniques import (RunContext, build_techniques, data_stream, extra_memory, prepare_model,
+                                       step_class, wrap_optimizer)
+from cramming.train.summary import RunFacts, build_summary, peak_memory_gb, read_records, write_summary
 from cramming.train.telemetry import TelemetrySampler
 from cramming.train.validation import Validation
 from cramming.train.wandb_logger import WandbLogger
@@ -58,7 +58,8 @@ log = logging.getLogger("pretrain")
 def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
     """Train under the budget; returns the run directory (with checkpoints/final on success).
 
-    callbacks: techniques acting at the loop's named points (cramming.train.callbacks), called in order.
+    callbacks: components acting at the loop's named points (cramming.train.callbacks), called in order after
+    the techniques the config switches on (cramming.train.techniques).
     """
     resolve_optim(cfg)
     check_train_config(cfg)
@@ -76,12 +77,11 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
         dist.close()
 
 
-def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
+def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Path:
     started = time.perf_counter()
     settings = resolve_settings(cfg, dist.local_rank)
-    check_on_device(cfg, settings.device, settings.compile, settings.precision.name, dist.world_size)
-    techniques = [*build_techniques(cfg, settings.compile, dist.world_size, settings.device),  # techniques.py
-                  *techniques]
+    techniques = build_techniques(cfg, RunContext(settings.device, settings.compile, settings.precision.name,
+                                                  dist.world_size))
     torch.manual_seed(cfg.train.seed)
     prepare_device(settings.device)
     dataset = _prepared_dataset(cfg, dist)
@@ -89,19 +89,15 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     tokenizer = as_transformers_tokenizer(load_tokenizer(dataset.tokenizer_path), seq_length)
 
     model = build_mlm_model(cfg.arch, vocab_size).to(settings.device)
-    if cfg.impl.activation_checkpointing:
-        checkpoint_activations(model)
-    if cfg.impl.fp8:  # low_precision.py: the encoder's Linear layers in float8 (checked: CUDA 8.9+, compiled)
-        convert_to_fp8(model)
-    optimizer = build_pretraining_optimizer(model, cfg.train.optim)
-    if cfg.impl.offload_optimizer and settings.device.type == "cuda":  # on the CPU: a no-op (notice logged)
-        optimizer = offload(optimizer)
+    prepare_model(techniques, model)  # e.g. activation checkpointing, fp8
+    optimizer = wrap_optimizer(techniques, build_pretraining_optimizer(model, cfg.train.optim))  # e.g. offload
     scaler = settings.precision.grad_scaler()
     checkpoint = saved = None
     if cfg.resume:
         checkpoint = resolve_checkpoint(cfg.resume, Path(cfg.output_dir) / cfg.name, key="resume", need_state=True)
         saved = load_state(checkpoint)
-    settings, microbatch_source = choose_microbatch(cfg, settings, dist, model, vocab_size, seq_length, saved)
+    settings, microbatch_source = choose_microbatch(cfg, settings, dist, model, vocab_size, seq_length, saved,
+                                                    extra_memory(techniques, model))
     fingerprint = resume_fingerprint(cfg, settings.microbatch_size, dist.world_size)
     progress = Progress()
     if checkpoint:
@@ -144,16 +140,17 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
     stopping = StoppingRule(cfg.train.progress, cfg.train.max_steps, clock)
     validation = _validation(cfg, dataset, settings, dist, stopping)
     # techniques, then the validation curve, then the record of both; their state rides in checkpoints
-    recorded = CallbackList([*techniques, *validation, *([logger] if logger else [])])
+    recorded = CallbackList([*techniques, *callbacks, *validation, *([logger] if logger else [])])
     if saved:
         recorded.load_state_dict(saved.get("callbacks", {}))
     checkpointer = Checkpointer(cfg.checkpoint, tokenizer, scaler, fingerprint, recorded, dist.is_main,
                                 run_provenance, last_good=checkpoint)
     heartbeat = [Heartbeat(run_dir)] if dist.is_main else []
+    plots = [PlotRefresh(lambda: checkpointer.newest)] if dist.is_main else []  # after the checkpointer
     bar = [ProgressBar(logger, stopping)] if dist.is_main and use_bar(cfg.logging.progress) else []
-    callbacks = CallbackList([*recorded.callbacks, *bar, *heartbeat, checkpointer])
-    step = build_step(cfg, _network(model, settings, dist), scaler, settings.precision, dist, stream, callbacks,
-                      stopping, cfg.train)
+    callbacks = CallbackList([*recorded.callbacks, *bar, *heartbeat, checkpointer, *plots])
+    step = step_class(techniques)(_network(model, settings, dist), scaler, settings.precision, dist, stream,
+                                  callbacks, stopping, cfg.train)
 
     stop_reason = "error"
     try:
@@ -173,9 +170,15 @@ def _pretrain(cfg, dist: Distributed, techniques: list[Callback]) -> Path:
             for progress_bar in bar:
                 progress_bar.close()
             if dist.is_main:
-                summary = _leave_record(cfg, state, logger, wandb, settings, stop_reason, flops_per_token,
-                                        time.perf_counter() - started, microbatch_source, run_provenance,
-                                        dataset, stopping.early_stop, step.timing)
+                summary = _leave_record(RunFacts(
+                    records=[], stop_reason=stop_reason, progress=vars(progress), budget_hours=cfg.budget,
+                    wall_budget=clock.budget_seconds, session_training_s=progress.elapsed - clock.elapsed_before,
+                    session_wall_s=time.perf_counter() - started, first_steps=logger.first_steps,
+                    peak_memory=peak_memory_gb(settings.device), energy_wh=None, flops_per_token=flops_per_token,
+                    peak_tflops=settings.profile.peak_tflops, provenance=run_provenance,
+                    microbatch={"size": settings.microbatch_size, "source": microbatch_source},
+                    held_out_rows=dataset.held_out_rows, validation_s=clock.paused_seconds,
+                    stop_detail=stopping.early_stop, step_timing=step.timing), run_dir, logger, wandb)
         if stop_reason == "interrupted":
             written = f"checkpoint {checkpointer.newest}" if checkpointer.newest else "no checkpoint yet"
             raise Interrupted(f"stopped at step {progress.step}; {written}; to go on, run the same command with "
@@ -249,23 +252,13 @@ def _network(model: torch.nn.Module, settings: Settings, dist: Distributed) -> t
     return torch.compile(network) if settings.compile else network
 
 
-def _leave_record(cfg, state: TrainState, logger: MetricsLogger, wandb: WandbLogger, settings: Settings,
-                  stop_reason: str, flops_per_token: float, session_wall_s: float, microbatch_source: str,
-                  run_provenance: dict, dataset: PreparedDataset, early_stop: str | None, step_timing: dict) -> dict:
-    """Stop the telemetry, then write summary.json and the plots and hand the summary to W&B."""
+def _leave_record(facts: RunFacts, run_dir: Path, logger: MetricsLogger, wandb: WandbLogger) -> dict:
+    """Stop the telemetry, then write summary.json (facts with the records and the energy) and the plots and
+    hand the summary to W&B."""
     energy = logger.sampler.energy_wh()
     logger.sampler.stop()
-    progress, clock, run_dir = state.progress, state.clock, state.run_dir
-    summary = build_summary(
-        records=read_records(run_dir / "metrics.jsonl"), stop_reason=stop_reason,
-        progress=vars(progress), budget_hours=cfg.budget, wall_budget=clock.budget_seconds,
-        session_training_s=progress.elapsed - clock.elapsed_before, session_wall_s=session_wall_s,
-        first_steps=logger.first_steps, peak_memory=peak_memory_gb(settings.device), energy_wh=energy,
-        flops_per_token=flops_per_token, peak_tflops=settings.profile.peak_tflops,
-        microbatch={"size": settings.microbatch_size, "source": microbatch_source}, provenance=run_provenance,
-        held_out_rows=dataset.held_out_rows, validation_s=clock.paused_seconds, stop_detail=early_stop,
-        step_timing=step_timing,
-    )
+    summary = build_summary(dataclasses.replace(facts, records=read_records(run_dir / "metrics.jsonl"),
+                                                energy_wh=energy))
     write_summary(run_dir / "summary.json", summary)
     plot_run(run_dir)
     wandb.summary(summary, prefix="summary/")

@@ -15,6 +15,7 @@ from cramming.data.store import PreparedDataset
 from cramming.runtime import Precision
 from cramming.train.callbacks import Callback
 from cramming.train.distributed import Distributed
+from cramming.train.masked import labels_at_logits
 from cramming.train.state import TrainState
 from cramming.train.stopping import StoppingRule
 
@@ -41,9 +42,7 @@ def validate(model: torch.nn.Module, dataset: PreparedDataset, mlm_rate: float, 
         batch = {key: value.to(device) for key, value in batch.items()}
         with precision.autocast() if precision is not None else torch.autocast(device.type, enabled=False):
             out = model(**batch)
-        labels = batch["labels"]
-        if out.logits.shape[1] != labels.shape[1]:  # sparse prediction: logits at the masked positions only
-            labels = labels.gather(1, batch["masked_positions"])
+        labels = labels_at_logits(batch, out.logits)  # (B, k) with sparse prediction, else (B, T)
         targets = labels != IGNORE_INDEX
         count = targets.sum()
         sums += torch.stack([out.loss.double() * count, (out.logits.argmax(-1)[targets] == labels[targets]).sum(),

@@ -1,4 +1,4 @@
-"""impl.fp8, train.optim.name=adamw8bit and impl.offload_optimizer (cramming.train.low_precision).
+"""impl.fp8, train.optim.name=adamw8bit and impl.offload_optimizer (cramming.train.techniques: fp8.py, offload.py; the optimizer in optimizers.py).
 
 No GPU here: the GPU-only options must refuse on the CPU with one line; what runs on CPU tensors is run for
 real — torchao's float8 conversion (in its emulation mode), AdamW8bit's state through a checkpoint's
@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from cramming.model import build_mlm_model
 from cramming.runtime import set_lr
 from cramming.train.checkpoint import finite_optimizer_state
-from cramming.train.low_precision import convert_to_fp8, fp8_problem
+from cramming.train.techniques.fp8 import convert_to_fp8, fp8_problem
 from cramming.train.optimizers import build_pretraining_optimizer, resolve_optim
 from cramming.train.trainer import pretrain
 from tests.model.conftest import arch_config, mlm_batch

@@ -6,7 +6,7 @@ import logging
 import pytest
 import torch
 
-from cramming.train.low_precision import check_on_device
+from cramming.train.techniques import check_on_device
 from cramming.train.speed_notices import torchao_kernels_notice
 from tests.train.runs import TINY_RUN, compose_config
 

@@ -17,18 +17,20 @@ from cramming.data.stream import Microbatches
 from cramming.model import build_mlm_model
 from cramming.model.config import as_model_config
 from cramming.errors import CrammingError
-from cramming.train.callbacks.distillation import distillation_loss
-from cramming.train.callbacks.importance_sampling import ImportanceSampling
-from cramming.train.callbacks.layer_drop import drop_rates
-from cramming.model.checkpoint import read_config
+from cramming.train.techniques.distillation import distillation_loss
+from cramming.train.techniques.ema import Ema
+from cramming.train.techniques.importance_sampling import ImportanceSampling
+from cramming.train.techniques.layer_drop import drop_rates
+from cramming.model.checkpoint import load_pretrained, read_config
 from cramming.train.callbacks import Callback
-from cramming.train.callbacks.sparsity import Sparsity, gradual_density, magnitude_mask, two_of_four_mask
-from cramming.train.callbacks.stacking import Stacking
-from cramming.train.sam import SharpnessAwareStep
-from cramming.train.sophia import SophiaG, SophiaHessian
+from cramming.train.techniques.sparsity import Sparsity, gradual_density, magnitude_mask, two_of_four_mask
+from cramming.train.techniques.stacking import Stacking
+from cramming.train.techniques.sam import SharpnessAwareStep
+from cramming.train.techniques.sophia import SophiaG, SophiaHessian
 from cramming.train.state import Progress, TrainState
 from cramming.train.trainer import pretrain
 from tests.conftest import REPO_ROOT
+from tests.test_bad_inputs import run_command
 from tests.train.runs import STEP_RUN, InterruptAt, compose_config, records, summary
 
 # Techniques that combine, run together to keep the suite short; each trains under the budget clock.
@@ -334,7 +336,7 @@ def test_two_of_four_keeps_the_two_largest_of_every_four():
 def test_semi_structured_sparsity_prunes_two_of_four_once_and_resumes_exactly(cache_dir, tmp_path, monkeypatch):
     """Its gate asks for a CUDA GPU of compute capability 8.0+, which cannot exist here: stood in for, the
     rest is the real run. Pruned after step 2 (progress 0.25); interrupted before step 3, resumed."""
-    monkeypatch.setattr("cramming.train.techniques.supports_semi_structured", lambda device: True)
+    monkeypatch.setattr("cramming.train.techniques.sparsity.supports_semi_structured", lambda device: True)
     overrides = ["train.sparsity.method=semi-structured-2:4", "train.sparsity.start=0.25", "train.max_steps=4"]
     straight, resumed = straight_and_resumed(tmp_path, overrides, 3)
     assert_same_training(straight, resumed)
@@ -380,3 +382,54 @@ def test_a_lottery_ticket_is_the_dense_runs_mask_on_its_rewound_weights_and_resu
     torch.manual_seed(0)  # the run's train.seed: what the trainer builds the model with
     initial = tiny_model(2, read_config(plain_run / "checkpoints" / "final")[0]["vocab_size"]).state_dict()
     assert all(torch.equal(at_init.weights[name], initial[name] * masks.get(name, 1)) for name in initial)
+
+
+def test_ema_trains_as_the_plain_run_resumes_exactly_and_its_final_model_is_the_average(cache_dir, tmp_path,
+                                                                                        plain_run):
+    """train.ema.decay: training runs on the raw weights (the plain run's losses, unchanged); a run
+    interrupted before its last step and resumed equals the straight one; the final checkpoint holds the
+    average, which is not the plain run's final weights."""
+    straight, resumed = straight_and_resumed(tmp_path, ["train.ema.decay=0.9", "train.max_steps=3"], 3)
+    assert_same_training(straight, resumed)
+    assert [r["loss"] for r in records(straight)] == [r["loss"] for r in records(plain_run)]
+    final = straight / "checkpoints" / "final"
+    ema = torch.load(final / "trainer_state.pt", weights_only=True)["callbacks"]["Ema"]
+    assert ema["updates"] == 3
+    model, _ = load_pretrained(final)
+    assert all(torch.equal(p, a) for p, a in zip(model.parameters(), ema["average"], strict=True))
+    averaged, plain = (load_file(run / "checkpoints/final/model.safetensors") for run in (straight, plain_run))
+    assert not torch.equal(averaged["bert.layer.0.ffn.output.weight"], plain["bert.layer.0.ffn.output.weight"])
+
+
+def test_ema_averages_with_a_warm_up_of_its_decay():
+    """d_n = min(d, (1 + n) / (10 + n)): the first update moves the average nine tenths of the way to the
+    weights, the second 1 - 2/11 of the way."""
+    model = torch.nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(0.0)
+    state = TrainState(model, None, Progress(), None, None, torch.device("cpu"), None)
+    ema = Ema(0.99)
+    ema.on_train_start(state)
+    for value, expected in ((10.0, 9.0), (10.0, 9.0 + 1.0 * (1 - 2 / 11))):
+        with torch.no_grad():
+            model.weight.fill_(value)
+        ema.after_optimizer_step(state)
+        assert torch.allclose(ema.average[0], torch.full((1, 2), expected))
+    ema.on_train_end(state, "interrupted")
+    assert model.weight[0, 0] == 10.0  # an interrupted run keeps training its raw weights
+    ema.on_train_end(state, "max_steps")
+    assert torch.allclose(model.weight, torch.full((1, 2), 9.0 + 1.0 * (1 - 2 / 11)))
+
+
+@pytest.mark.parametrize(("overrides", "words"), [
+    (["train.ema.decay=1"], "train.ema.decay=1.0 must be in [0, 1) (0: off)"),
+    (["train.ema.decay=0.9", "train.stacking.stages=[1,2]"], "train.ema and train.stacking do not combine"),
+    (["train.ema.decay=0.9", "train.sparsity.method=magnitude"], "train.ema and train.sparsity do not combine"),
+])
+def test_a_bad_ema_setting_is_one_line(tmp_path, cache_dir, overrides, words):
+    code, output = run_command("pretrain", "data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t",
+                               "budget=0.001", "arch.num_layers=2", f"output_dir={tmp_path}", *overrides)
+    assert code == 2 and "Traceback" not in output
+    (line,) = [line for line in output.splitlines() if line.startswith("error:")]
+    assert words in line
+    assert not cache_dir.exists()  # refused before any data was prepared

@@ -1,8 +1,9 @@
 """Components that act at named points of training, like Composer's algorithms on events.
 
-A technique (layer drop, stacking, sparsity masks, distillation, ...) is a Callback subclass in its own
-file in this package; the trainer calls every callback at each point, in order, and keeps what
-`state_dict` returns in each checkpoint, so a resumed run restores it. The loop itself never changes.
+The trainer calls every callback at each point, in order, and keeps what `state_dict` returns in each
+checkpoint, so a resumed run restores it; the loop itself never changes. The metrics record, the
+checkpoints and validation are callbacks; a training technique is one too, with the set-up events added
+(cramming.train.techniques.base.Technique).
 """
 
 import torch
@@ -29,10 +30,12 @@ class Callback:
         return loss
 
     def before_optimizer_step(self, state: TrainState) -> None:
-        """Gradients are accumulated, synchronized, unscaled and clipped; the loss is finite."""
+        """Gradients are accumulated, synchronized, unscaled and clipped. With an on-device skip (the default
+        fused AdamW) this runs on a non-finite step too, whose update the optimizer then skips:
+        state.step_finite (on the device) tells; reading it waits for the GPU."""
 
     def after_optimizer_step(self, state: TrainState) -> None:
-        """The weights have just changed (e.g. re-apply sparsity masks)."""
+        """The weights have just changed (e.g. re-apply sparsity masks), unless state.step_finite is False."""
 
     def after_step(self, state: TrainState) -> None:
         """The step is counted in state.progress; state.step_* describe it."""

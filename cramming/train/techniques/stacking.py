@@ -11,13 +11,24 @@ before its last stage is grown at the end, so the final model always has arch.nu
 """
 
 import logging
+from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 
-from cramming.train.callbacks import Callback
+from cramming.errors import CrammingError
 from cramming.train.state import TrainState
+from cramming.train.techniques.base import RunContext, Technique, require
 
 log = logging.getLogger("pretrain")
+
+
+@dataclass
+class StackingConfig:
+    """`train.stacking`; off when `stages` is empty."""
+
+    stages: list[int] = field(default_factory=list)  # layer counts, e.g. [4, 8, 16]; the last is arch.num_layers
+    at: Optional[list[float]] = None  # progress fractions at which stages 2, 3, ... start; null: equal shares
 
 
 def stage_starts(stages: list[int], at: list[float] | None) -> list[float]:
@@ -34,10 +45,39 @@ def copy_optimizer_state(optimizer: torch.optim.Optimizer, source: torch.nn.Para
                                    for key, value in optimizer.state[source].items()}
 
 
-class Stacking(Callback):
+class Stacking(Technique):
+    label = "train.stacking"
+
     def __init__(self, stages: list[int], at: list[float] | None):
         self.stages, self.starts = list(stages), stage_starts(stages, at)
         self.stage = 0  # index into stages
+
+    @staticmethod
+    def enabled(cfg) -> bool:
+        return bool(cfg.train.stacking.stages)
+
+    @staticmethod
+    def check(cfg) -> None:
+        stages, at = list(cfg.train.stacking.stages), cfg.train.stacking.at
+        require([
+            (not stages or (len(stages) >= 2 and all(isinstance(n, int) and n >= 1 for n in stages)
+                            and all(a < b for a, b in zip(stages, stages[1:]))),
+             f"train.stacking.stages={stages} must be two or more increasing layer counts, e.g. [4,8,16]"),
+            (not stages or stages[-1] == cfg.arch.num_layers,
+             f"train.stacking.stages={stages} must end at arch.num_layers={cfg.arch.num_layers}"),
+            (at is None or stages, "train.stacking.at needs train.stacking.stages"),
+            (at is None or not stages or (len(at) == len(stages) - 1 and all(0 < f < 1 for f in at)
+                                          and all(a < b for a, b in zip(at, list(at)[1:]))),
+             f"train.stacking.at={list(at or [])} must hold one fraction in (0, 1) per stage after the first "
+             f"({len(stages) - 1}), increasing"),
+        ])
+
+    @classmethod
+    def build(cls, cfg, run: RunContext) -> "Stacking":
+        if run.world_size > 1:
+            raise CrammingError("train.stacking runs a different set of layers per step, which "
+                                "DistributedDataParallel does not support: run it on one GPU")
+        return cls(list(cfg.train.stacking.stages), cfg.train.stacking.at)
 
     def on_train_start(self, state: TrainState) -> None:
         self._skip_beyond(state, self.stages[self.stage])

@@ -9,10 +9,40 @@ perturbation uses the step's whole gradient (averaged across ranks); under a los
 unscaled one. It keeps no state of its own: a resumed run continues exactly.
 """
 
+import functools
+import math
+
 import torch
 
 from cramming.train.state import TrainState
 from cramming.train.step import TrainStep
+from cramming.train.techniques.base import RunContext, Technique, parameter_bytes, require
+
+
+class SharpnessAware(Technique):
+    label = "train.optim.sam_rho"
+
+    def __init__(self, rho: float):
+        self.rho = rho
+
+    @staticmethod
+    def enabled(cfg) -> bool:
+        return bool(cfg.train.optim.sam_rho)
+
+    @staticmethod
+    def check(cfg) -> None:
+        rho = cfg.train.optim.sam_rho
+        require([(math.isfinite(rho) and rho >= 0, f"train.optim.sam_rho={rho} must not be negative (0: off)")])
+
+    @classmethod
+    def build(cls, cfg, run: RunContext) -> "SharpnessAware":
+        return cls(cfg.train.optim.sam_rho)
+
+    def wrap_step(self, step_class):
+        return functools.partial(SharpnessAwareStep, rho=self.rho)
+
+    def extra_memory(self, model: torch.nn.Module) -> int:
+        return parameter_bytes(model)  # the copy of the weights it returns to
 
 
 class SharpnessAwareStep(TrainStep):

@@ -18,8 +18,10 @@ import torch
 import torch.nn.functional as F
 
 from cramming.data.mlm import IGNORE_INDEX
-from cramming.train.callbacks import Callback
+from cramming.errors import CrammingError
+from cramming.train.masked import labels_at_logits
 from cramming.train.state import TrainState
+from cramming.train.techniques.base import RunContext, Technique, parameter_bytes
 
 
 class SophiaG(torch.optim.Optimizer):
@@ -60,13 +62,31 @@ class SophiaG(torch.optim.Optimizer):
                 parameter.addcmul_(state["momentum"].sign(), ratio, value=-group["lr"])
 
 
-class SophiaHessian(Callback):
-    """Every `every` steps, the Gauss-Newton-Bartlett estimate of the Hessian diagonal for SophiaG."""
+class SophiaHessian(Technique):
+    """Every `every` steps, the Gauss-Newton-Bartlett estimate of the Hessian diagonal for SophiaG (its
+    values are checked with the optimizer's, cramming.train.optimizers)."""
+
+    label = "train.optim.name=sophia"
 
     def __init__(self, every: int, seed: int):
         self.every, self.seed = every, seed
         self.estimates: dict[torch.Tensor, torch.Tensor] = {}  # parameter -> sampled-label gradient, summed
         self.tokens = 0
+
+    @staticmethod
+    def enabled(cfg) -> bool:
+        return cfg.train.optim.name == "sophia"
+
+    @classmethod
+    def build(cls, cfg, run: RunContext) -> "SophiaHessian":
+        if run.world_size > 1 or run.compile:
+            raise CrammingError("train.optim.name=sophia estimates its Hessian with a second backward pass through "
+                                "the step's graph, tested only eagerly on one process: add impl.compile=false and "
+                                "run it on one GPU")
+        return cls(cfg.train.optim.hessian_every, cfg.train.seed)
+
+    def extra_memory(self, model: torch.nn.Module) -> int:
+        return parameter_bytes(model)  # the summed sampled-label gradients between estimates
 
     def _due(self, state: TrainState) -> bool:
         return state.progress.step % self.every == 0
@@ -75,9 +95,7 @@ class SophiaHessian(Callback):
         if not self._due(state):
             return loss
         logits = output.logits  # (B, k, V) on the sparse-prediction path, else (B, T, V)
-        labels = batch["labels"]
-        if logits.size(1) != labels.size(1):
-            labels = labels.gather(1, batch["masked_positions"])  # (B, k)
+        labels = labels_at_logits(batch, logits)  # (B, k or T)
         predicted = labels != IGNORE_INDEX
         generator = torch.Generator(device=logits.device).manual_seed(self.seed * 1_000_003 + state.progress.microbatches)
         probabilities = logits.detach().float().softmax(-1).flatten(0, 1)  # (B * k, V)

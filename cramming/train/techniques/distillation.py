@@ -10,19 +10,32 @@ resumed run continues exactly. With importance sampling the KL term is importanc
 """
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
 from cramming.data.mlm import IGNORE_INDEX
 from cramming.errors import CrammingError
-from cramming.model.checkpoint import load_pretrained
-from cramming.model.crammed_bert import CrammedForMaskedLM, gather_rows
-from cramming.train.callbacks import Callback
+from cramming.model.checkpoint import WEIGHTS_NAME, load_pretrained
+from cramming.model.crammed_bert import CrammedForMaskedLM
+from cramming.runs import resolve_checkpoint
+from cramming.train.masked import labels_at_logits, logits_at_masks
 from cramming.train.state import TrainState
+from cramming.train.techniques.base import RunContext, Technique, require
 
 log = logging.getLogger("pretrain")
+
+
+@dataclass
+class DistillConfig:
+    """`train.distill`: knowledge distillation from a trained teacher; off without one."""
+
+    teacher: Optional[str] = None  # a checkpoint or run directory of a model pretrained on the same tokenizer
+    alpha: float = 0.5  # loss = (1 - alpha) * MLM loss + alpha * KL(teacher || student) at the masked positions
+    temperature: float = 2.0  # both distributions softened by it; the KL term is multiplied by its square
 
 
 def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor,
@@ -37,10 +50,36 @@ def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor
     return temperature**2 * (per_token * weighted).sum() / counted.sum().clamp(min=1)
 
 
-class Distillation(Callback):
+class Distillation(Technique):
+    label = "train.distill"
+
     def __init__(self, teacher: Path, alpha: float, temperature: float):
         self.teacher_path, self.alpha, self.temperature = teacher, alpha, temperature
         self.teacher: CrammedForMaskedLM | None = None
+
+    @staticmethod
+    def enabled(cfg) -> bool:
+        return bool(cfg.train.distill.teacher)
+
+    @staticmethod
+    def check(cfg) -> None:
+        distill = cfg.train.distill
+        require([
+            (distill.teacher != "latest", "train.distill.teacher=latest would pick this run's own checkpoints: "
+             "give the teacher's run or checkpoint directory"),
+            (0 <= distill.alpha <= 1, f"train.distill.alpha={distill.alpha} must be in [0, 1]"),
+            (distill.temperature > 0, f"train.distill.temperature={distill.temperature} must be positive"),
+        ])
+
+    @classmethod
+    def build(cls, cfg, run: RunContext) -> "Distillation":
+        distill = cfg.train.distill
+        teacher = resolve_checkpoint(distill.teacher, Path(cfg.output_dir) / cfg.name, key="train.distill.teacher")
+        return cls(teacher, distill.alpha, distill.temperature)
+
+    def extra_memory(self, model: torch.nn.Module) -> int:
+        """The teacher's weights, as stored (its activations are freed before the student's backward)."""
+        return (self.teacher_path / WEIGHTS_NAME).stat().st_size
 
     def on_train_start(self, state: TrainState) -> None:
         teacher, tokenizer = load_pretrained(self.teacher_path)
@@ -64,12 +103,11 @@ class Distillation(Callback):
 
     def after_forward(self, state: TrainState, batch: dict, loss: torch.Tensor, output) -> torch.Tensor:
         positions = batch["masked_positions"]  # (B, k)
-        labels = batch["labels"].gather(1, positions)  # (B, k)
-        student = output.logits if output.logits.size(1) == positions.size(1) else gather_rows(output.logits, positions)
+        student = logits_at_masks(batch, output.logits)  # (B, k, V)
+        labels = labels_at_logits(batch, student)  # (B, k)
         precision = output.logits.dtype  # the run's autocast dtype (float32 without autocast)
         with torch.no_grad(), torch.autocast(state.device.type, dtype=precision, enabled=precision != torch.float32):
             teacher = self.teacher(batch["input_ids"], masked_positions=positions).logits
-        if teacher.size(1) != positions.size(1):  # a teacher without sparse prediction: (B, T, V)
-            teacher = gather_rows(teacher, positions)  # (B, k, V)
+        teacher = logits_at_masks(batch, teacher)  # (B, k, V), also from a teacher without sparse prediction
         kl = distillation_loss(student, teacher, labels, self.temperature, batch.get("sample_weights"))
         return (1 - self.alpha) * loss + self.alpha * kl

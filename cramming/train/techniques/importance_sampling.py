@@ -25,17 +25,38 @@ import torch.nn.functional as F
 
 from cramming.data.mlm import IGNORE_INDEX
 from cramming.data.stream import Microbatches
-from cramming.train.callbacks import Callback
+from cramming.errors import CrammingError
+from cramming.train.masked import labels_at_logits
 from cramming.train.state import TrainState
+from cramming.train.techniques.base import RunContext, Technique, require
 
 UNIFORM_SHARE = 0.1  # of each row's probability that is uniform: weights stay <= 1 / UNIFORM_SHARE
+SAMPLINGS = ("sequential", "importance")  # train.sampling: the prepared data order, or this
 
 
-class ImportanceSampling(Callback):
+class ImportanceSampling(Technique):
+    label = "train.sampling=importance"
+
     def __init__(self, seed: int):
         self.seed = seed
         self.losses: np.ndarray | None = None  # (N,) last-seen loss per row position; NaN: not seen yet
         self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (positions, losses) not yet in `losses`
+
+    @staticmethod
+    def enabled(cfg) -> bool:
+        return cfg.train.sampling == "importance"
+
+    @staticmethod
+    def check(cfg) -> None:
+        require([(cfg.train.sampling in SAMPLINGS,
+                  f"train.sampling={cfg.train.sampling!r} must be one of {', '.join(SAMPLINGS)}")])
+
+    @classmethod
+    def build(cls, cfg, run: RunContext) -> "ImportanceSampling":
+        if run.world_size > 1:
+            raise CrammingError("train.sampling=importance keeps one loss table per process, which ranks under "
+                                "torchrun would not share: run it on one GPU")
+        return cls(cfg.train.seed)
 
     def stream(self, microbatches: Microbatches, start: int):
         """Endless microbatches from global microbatch `start` on, each drawn by the current losses."""
@@ -64,10 +85,8 @@ class ImportanceSampling(Callback):
 
     def after_forward(self, state: TrainState, batch: dict, loss: torch.Tensor, output) -> torch.Tensor:
         """The importance-weighted loss over the masked tokens; records each row's (unweighted) loss."""
-        labels = batch["labels"]  # (B, T)
         logits = output.logits  # (B, k, V) on the sparse-prediction path, else (B, T, V)
-        if logits.size(1) != labels.size(1):
-            labels = labels.gather(1, batch["masked_positions"])  # (B, k)
+        labels = labels_at_logits(batch, logits)  # (B, k or T)
         token_losses = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
                                        reduction="none").view(labels.shape)  # (B, k or T)
         counted = (labels != IGNORE_INDEX).float()

@@ -26,21 +26,51 @@ continues exactly. Honest cost: the kernels stay dense, so a masked model is no 
 
 import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 
+from cramming.errors import CrammingError
 from cramming.model.checkpoint import load_weights, read_weights
-from cramming.train.callbacks import Callback
+from cramming.train.encoder import encoder_matrices
 from cramming.train.state import TrainState
+from cramming.train.techniques.base import RunContext, Technique, require
+from cramming.train.techniques.lottery import lottery_ticket
 
 log = logging.getLogger("pretrain")
 RIGL_DROP_FRACTION = 0.3
+METHODS = ("magnitude", "rigl", "semi-structured-2:4", "lottery")
 
 
-def sparse_matrices(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
-    """The weights that sparsity prunes: 2-D matrices inside the encoder's layers, by name."""
-    return {name: p for name, p in model.named_parameters() if p.dim() == 2 and ".layer." in f".{name}"}
+@dataclass
+class SparsityConfig:
+    """`train.sparsity`: sparse weight matrices in the encoder's layers; off at method null."""
+
+    # magnitude (gradual pruning) | rigl (dynamic sparse training) | semi-structured-2:4 (2 of every 4, one
+    # shot at `start`; NVIDIA Ampere or later) | lottery (a finished dense run's ticket, rewound)
+    method: Optional[str] = None
+    density: float = 0.5  # the fraction of each matrix's weights kept (2:4: exactly 0.5)
+    start: float = 0.1  # magnitude: progress at which pruning starts; semi-structured-2:4: the one pruning
+    end: float = 0.8  # magnitude: progress at which the density is reached; rigl: its last mask update
+    update_every: int = 100  # rigl: optimizer steps between mask updates
+    ticket: Optional[str] = None  # lottery: the dense run (or its directory of runs) whose final weights pick the mask
+    # lottery: the progress fraction of the ticket run's kept checkpoint (checkpoint.keep_at) the surviving
+    # weights rewind to; null: the initialization, which the same train.seed and arch rebuild
+    rewind: Optional[float] = None
+
+
+def supports_semi_structured(device: torch.device) -> bool:
+    """torch.sparse's 2:4 kernels: CUDA devices of compute capability 8.0 or later."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type != "cuda":
+        return device.type
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor})"
 
 
 def magnitude_mask(weight: torch.Tensor, density: float) -> torch.Tensor:
@@ -69,7 +99,11 @@ def gradual_density(fraction: float, density: float, start: float, end: float) -
     return density + (1 - density) * (1 - s) ** 3
 
 
-class Sparsity(Callback):
+class Sparsity(Technique):
+    label = "train.sparsity"
+    conflicts = {"Stacking": "do not combine: a grown layer would keep its own mask, not its source's",
+                 "SharpnessAware": "do not combine: SAM's move would reach the pruned weights"}
+
     def __init__(self, method: str, density: float, start: float, end: float, update_every: int, seed: int,
                  ticket: Path | None = None, rewind: Path | None = None):
         self.method, self.density, self.start, self.end = method, density, start, end
@@ -78,9 +112,48 @@ class Sparsity(Callback):
         self.masks: dict[str, torch.Tensor] = {}
         self.current_density = 1.0
 
+    @staticmethod
+    def enabled(cfg) -> bool:
+        return bool(cfg.train.sparsity.method)
+
+    @staticmethod
+    def check(cfg) -> None:
+        sparsity = cfg.train.sparsity
+        require([
+            (sparsity.method is None or sparsity.method in METHODS,
+             f"train.sparsity.method={sparsity.method!r} must be one of {', '.join(METHODS)} (null: off)"),
+            (0 < sparsity.density < 1, f"train.sparsity.density={sparsity.density} must be in (0, 1)"),
+            (sparsity.method != "semi-structured-2:4" or sparsity.density == 0.5,
+             f"train.sparsity.method=semi-structured-2:4 keeps 2 of every 4 weights: train.sparsity.density="
+             f"{sparsity.density} must stay 0.5"),
+            ((sparsity.method == "lottery") == (sparsity.ticket is not None),
+             "train.sparsity.method=lottery needs train.sparsity.ticket=<the dense run>, and a ticket is read only "
+             "by method=lottery"),
+            (sparsity.rewind is None or (sparsity.method == "lottery" and 0 <= sparsity.rewind < 1),
+             f"train.sparsity.rewind={sparsity.rewind} is a progress fraction in [0, 1), read only by method=lottery"),
+            (0 <= sparsity.start < sparsity.end <= 1,
+             f"train.sparsity.start={sparsity.start} and .end={sparsity.end} must satisfy 0 <= start < end <= 1"),
+            (sparsity.update_every >= 1, f"train.sparsity.update_every={sparsity.update_every} must be at least 1"),
+        ])
+
+    @classmethod
+    def build(cls, cfg, run: RunContext) -> "Sparsity":
+        sparsity = cfg.train.sparsity
+        if sparsity.method == "semi-structured-2:4" and not supports_semi_structured(run.device):
+            raise CrammingError(f"train.sparsity.method=semi-structured-2:4 needs an NVIDIA GPU of compute capability "
+                                f"8.0 or later (Ampere, Ada, Hopper), whose sparse tensor cores run the 2:4 pattern; "
+                                f"this run is on {device_name(run.device)}. On it, magnitude pruning to "
+                                "train.sparsity.density=0.5 gives the same sparsity without the pattern")
+        ticket, rewind = lottery_ticket(cfg) if sparsity.method == "lottery" else (None, None)
+        return cls(sparsity.method, sparsity.density, sparsity.start, sparsity.end, sparsity.update_every,
+                   cfg.train.seed, ticket, rewind)
+
+    def extra_memory(self, model: torch.nn.Module) -> int:
+        return sum(weight.numel() for weight in encoder_matrices(model).values())  # one bool mask per weight
+
     def on_train_start(self, state: TrainState) -> None:
         """The initial masks of rigl and lottery (a resumed run has its masks from the checkpoint)."""
-        matrices = sparse_matrices(state.model)
+        matrices = encoder_matrices(state.model)
         if not self.masks and self.method == "rigl":  # random masks at the target density
             generator = torch.Generator().manual_seed(self.seed)
             for name, weight in matrices.items():
@@ -107,14 +180,14 @@ class Sparsity(Callback):
     def after_optimizer_step(self, state: TrainState) -> None:
         self._apply(state)
         if self.method == "semi-structured-2:4" and not self.masks and state.fraction >= self.start:
-            self.masks = {name: two_of_four_mask(weight.detach()) for name, weight in sparse_matrices(state.model).items()}
+            self.masks = {name: two_of_four_mask(weight.detach()) for name, weight in encoder_matrices(state.model).items()}
             self.current_density = 0.5
             log.info("sparsity: pruned to 2:4 at step %d", state.progress.step + 1)
             self._apply(state)
         if self.method == "magnitude":  # pruned from the masked weights: what was pruned stays pruned
             target = gradual_density(state.fraction, self.density, self.start, self.end)
             if self.current_density - target >= 0.01 or (target == self.density != self.current_density):
-                for name, weight in sparse_matrices(state.model).items():
+                for name, weight in encoder_matrices(state.model).items():
                     self.masks[name] = magnitude_mask(weight.detach(), target)
                 self.current_density = target
                 log.info("sparsity: density %.3f at step %d", target, state.progress.step + 1)
@@ -126,14 +199,14 @@ class Sparsity(Callback):
 
     @torch.no_grad()
     def _apply(self, state: TrainState) -> None:
-        for name, weight in sparse_matrices(state.model).items():
+        for name, weight in encoder_matrices(state.model).items():
             if name in self.masks:
                 weight.mul_(self.masks[name])
 
     @torch.no_grad()
     def _drop_and_grow(self, state: TrainState) -> None:
         share = RIGL_DROP_FRACTION * (1 + math.cos(math.pi * state.fraction / self.end)) / 2
-        for name, weight in sparse_matrices(state.model).items():
+        for name, weight in encoder_matrices(state.model).items():
             mask, gradient = self.masks[name], weight.grad
             if gradient is None:
                 continue

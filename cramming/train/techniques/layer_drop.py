@@ -10,11 +10,21 @@ paper); validation and the exported model run every layer.
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 
-from cramming.train.callbacks import Callback
+from cramming.errors import CrammingError
 from cramming.train.state import TrainState
+from cramming.train.techniques.base import RunContext, Technique, require
+
+
+@dataclass
+class LayerDropConfig:
+    """`train.layer_drop`; off at max_rate 0."""
+
+    max_rate: float = 0.0  # the deepest layer's drop probability once the rate has risen; layer i of L: i/L of it
+    rise_fraction: float = 0.1  # the rate rises as 1 - exp(-f / rise_fraction) with progress f
 
 
 def drop_rates(fraction: float, num_layers: int, max_rate: float, rise_fraction: float) -> torch.Tensor:
@@ -23,9 +33,33 @@ def drop_rates(fraction: float, num_layers: int, max_rate: float, rise_fraction:
     return torch.arange(1, num_layers + 1) / num_layers * risen
 
 
-class LayerDrop(Callback):
+class LayerDrop(Technique):
+    label = "train.layer_drop"
+    conflicts = {"Stacking": "both set the layers a step runs: use one at a time"}
+
     def __init__(self, max_rate: float, rise_fraction: float, seed: int):
         self.max_rate, self.rise_fraction, self.seed = max_rate, rise_fraction, seed
+
+    @staticmethod
+    def enabled(cfg) -> bool:
+        return bool(cfg.train.layer_drop.max_rate)
+
+    @staticmethod
+    def check(cfg) -> None:
+        drop = cfg.train.layer_drop
+        require([(0 <= drop.max_rate < 1, f"train.layer_drop.max_rate={drop.max_rate} must be in [0, 1) (0: off)"),
+                 (drop.rise_fraction > 0, f"train.layer_drop.rise_fraction={drop.rise_fraction} must be positive")])
+
+    @classmethod
+    def build(cls, cfg, run: RunContext) -> "LayerDrop":
+        if run.world_size > 1:
+            raise CrammingError("train.layer_drop runs a different set of layers per step, which "
+                                "DistributedDataParallel does not support: run it on one GPU")
+        if run.compile:
+            raise CrammingError("train.layer_drop would recompile the model for each set of dropped layers: add "
+                                "impl.compile=false")
+        drop = cfg.train.layer_drop
+        return cls(drop.max_rate, drop.rise_fraction, cfg.train.seed)
 
     def before_step(self, state: TrainState) -> None:
         encoder = state.model.bert

@@ -30,6 +30,20 @@ def cache_dir(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.fixture(scope="session")
+def session_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("shared-cache")
+
+
+@pytest.fixture
+def shared_cache(session_cache, monkeypatch) -> Path:
+    """One dataset cache for the whole session, also exported for subprocesses: for runs that only read
+    their prepared data, so each dataset is prepared once, not once a test. A test of the cache itself
+    (preparing, reusing, damage) takes the fresh `cache_dir` instead."""
+    monkeypatch.setenv("CRAMMING_CACHE", str(session_cache))
+    return session_cache
+
+
+@pytest.fixture(scope="session")
 def gutenberg_valid() -> Path:
     path = SHARED_DATA / "corpus" / "gutenberg_en" / "valid-000.txt.gz"
     if not path.exists():

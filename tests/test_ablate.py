@@ -20,7 +20,7 @@ def ablate(*arguments: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-def test_smoke_sweep_writes_the_table_and_the_plot_then_skips_finished_runs(cache_dir, tmp_path):
+def test_smoke_sweep_writes_the_table_and_the_plot_then_skips_finished_runs(shared_cache, tmp_path):
     out = tmp_path / "sweep"
     scored = (GLUE_DIR / "RTE").is_dir()  # the GLUE column where the GLUE files are at hand
     glue = [f"overrides=['eval=glue','eval.tasks=[rte]','eval.data_dir={GLUE_DIR}','eval.max_train_examples=32',"

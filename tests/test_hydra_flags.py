@@ -1,38 +1,28 @@
-"""Hydra's own flags on every command, as a Hydra user types them (real subprocesses): `--cfg job`, `-c job`,
-`--cfg hydra|all`, `--resolve`, `--info`, `-m/--multirun`; and the one-line error boundary under each."""
-
-import os
-import subprocess
-import sys
-from pathlib import Path
+"""Hydra's own flags on every command, as a Hydra user types them: `--cfg job`, `-c job`, `--cfg hydra|all`,
+`--resolve`, `--info`, `-m/--multirun`; and the one-line error boundary under each. Each flag family runs
+once as a real subprocess; its other variants run the same main() in this process (tests/commands.py)."""
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-ENTRY = {"pretrain": "pretrain.py", "eval_glue": "eval_glue.py", "ablate": "scripts/ablate.py",
-         "export": "scripts/export.py", "prepare_data": "scripts/prepare_data.py",
-         "calculator": "scripts/calculator.py", "benchmark": "scripts/benchmark.py", "gpu_check": "scripts/gpu_check.py"}
+from tests.commands import in_process, in_subprocess
+
+def command(name: str, *arguments: str, real: bool = False, **where):
+    return (in_subprocess if real else in_process)(name, *arguments, **where)
 
 
-def command(name: str, *arguments: str, cwd: Path = REPO, timeout: int = 120) -> subprocess.CompletedProcess:
-    env = os.environ | {"PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, str(REPO / ENTRY[name]), *arguments], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.mark.parametrize("flags", [["--cfg", "job"], ["-c", "job"], ["--cfg=job"], ["--cfg", "all", "--resolve"],
-                                   ["--resolve", "-c", "job"]])
-def test_pretrain_prints_its_config_with_hydras_cfg_flag(flags):
-    run = command("pretrain", "gpu=2080ti", "budget=24", *flags)
+@pytest.mark.parametrize(("flags", "real"), [(["--cfg", "job"], True), (["-c", "job"], False), (["--cfg=job"], False),
+                                            (["--cfg", "all", "--resolve"], True), (["--resolve", "-c", "job"], False)])
+def test_pretrain_prints_its_config_with_hydras_cfg_flag(flags, real):
+    run = command("pretrain", "gpu=2080ti", "budget=24", *flags, real=real)
     assert run.returncode == 0, run.stderr
     assert "budget: 24.0" in run.stdout and "name: 2080ti" in run.stdout
 
 
-@pytest.mark.parametrize(("flags", "expected"), [(["--cfg", "hydra"], "hydra:"), (["--info"], "Config search path"),
-                                                 (["--info", "defaults"], "Defaults List"),
-                                                 (["--help"], "Powered by Hydra")])
-def test_pretrain_answers_hydras_other_flags(flags, expected):
-    run = command("pretrain", *flags)
+@pytest.mark.parametrize(("flags", "expected", "real"), [
+    (["--cfg", "hydra"], "hydra:", False), (["--info"], "Config search path", True),
+    (["--info", "defaults"], "Defaults List", False), (["--help"], "Powered by Hydra", True)])
+def test_pretrain_answers_hydras_other_flags(flags, expected, real):
+    run = command("pretrain", *flags, real=real)
     assert run.returncode == 0, run.stderr
     assert expected in run.stdout
 
@@ -46,29 +36,30 @@ def test_every_command_prints_its_config_with_c_job(name, overrides):
     assert "Traceback" not in run.stderr and run.stdout.strip()
 
 
-@pytest.mark.parametrize(("arguments", "message"), [
-    (["--cfg", "job", "train.optim.lrr=1"], "error: unknown key train.optim.lrr — did you mean train.optim.lr?"),
-    (["-c", "job", "gpu=tpu"], "error: unknown gpu=tpu; choose one of"),
-    (["--info", "all", "budget=abc"], "error: budget=abc: Value 'abc' of type 'str' could not be converted to Float"),
-    (["-m", "budget=0.1,abc"], "error: budget=abc: Value 'abc' of type 'str' could not be converted to Float"),
-    (["-m", "arch=crammed-bert-tiny,nope"], "error: unknown arch=nope; choose one of bert-base"),
-    (["--multirun", "budget=0.1", "train.optim.lrr=1,2"], "error: unknown key train.optim.lrr"),
-    (["budget=0.0003,0.0004"], "error: budget=0.0003,0.0004 is a sweep: add -m (--multirun)"),
-    (["-m", "--cfg", "job", "budget=1,2"], "error: --multirun and --cfg cannot go together"),
-    (["--bogus"], "error: unrecognized arguments: --bogus; see --help"),
-    (["--cfg", "jobs"], "error: argument --cfg/-c: invalid choice: 'jobs' (choose from 'job', 'hydra', 'all')"),
+@pytest.mark.parametrize(("arguments", "message", "real"), [
+    (["--cfg", "job", "train.optim.lrr=1"], "error: unknown key train.optim.lrr — did you mean train.optim.lr?", True),
+    (["-c", "job", "gpu=tpu"], "error: unknown gpu=tpu; choose one of", False),
+    (["--info", "all", "budget=abc"], "error: budget=abc: Value 'abc' of type 'str' could not be converted to Float",
+     False),
+    (["-m", "budget=0.1,abc"], "error: budget=abc: Value 'abc' of type 'str' could not be converted to Float", True),
+    (["-m", "arch=crammed-bert-tiny,nope"], "error: unknown arch=nope; choose one of bert-base", False),
+    (["--multirun", "budget=0.1", "train.optim.lrr=1,2"], "error: unknown key train.optim.lrr", False),
+    (["budget=0.0003,0.0004"], "error: budget=0.0003,0.0004 is a sweep: add -m (--multirun)", False),
+    (["-m", "--cfg", "job", "budget=1,2"], "error: --multirun and --cfg cannot go together", False),
+    (["--bogus"], "error: unrecognized arguments: --bogus; see --help", False),
+    (["--cfg", "jobs"], "error: argument --cfg/-c: invalid choice: 'jobs' (choose from 'job', 'hydra', 'all')", False),
 ])
-def test_bad_overrides_end_in_one_line_under_every_flag(arguments, message):
-    run = command("pretrain", "--config-name", "quickstart", *arguments)
+def test_bad_overrides_end_in_one_line_under_every_flag(arguments, message, real):
+    run = command("pretrain", "--config-name", "quickstart", *arguments, real=real)
     assert run.returncode == 2, run.stdout + run.stderr
     assert "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1].startswith(message), run.stderr
 
 
 @pytest.mark.slow
-def test_multirun_runs_each_job_in_its_own_numbered_directory_and_ablate_tables_it(tmp_path, cache_dir):
+def test_multirun_runs_each_job_in_its_own_numbered_directory_and_ablate_tables_it(tmp_path, shared_cache):
     run = command("pretrain", "--config-name", "quickstart", "-m", "budget=0.0003,0.0004", f"output_dir={tmp_path}",
-                  cwd=tmp_path, timeout=300)
+                  real=True, cwd=tmp_path, timeout=300)
     assert run.returncode == 0, run.stderr
     (sweep,) = (tmp_path / "multirun").iterdir()
     assert (sweep / "multirun.yaml").is_file()

@@ -38,21 +38,26 @@ def checkpoint(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_pretrain_prints_only_its_own_lines(tmp_path, cache_dir):
+def test_pretrain_prints_only_its_own_lines(tmp_path, shared_cache):
     lines = run("pretrain.py", "--config-name", "quickstart", "budget=0.0003", f"output_dir={tmp_path}", cwd=tmp_path)
     assert [line for line in lines if FOREIGN.search(line)] == []
 
 
-def test_export_prints_only_its_own_lines(tmp_path, checkpoint):
-    lines = run("scripts/export.py", f"ckpt={checkpoint}", f"out={tmp_path / 'hf'}", cwd=tmp_path)
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, checkpoint) -> tuple[Path, list[str]]:
+    """The checkpoint exported by scripts/export.py once: where it went, and what the command printed."""
+    where = tmp_path_factory.mktemp("exported")
+    return where / "hf", run("scripts/export.py", f"ckpt={checkpoint}", f"out={where / 'hf'}", cwd=where)
+
+
+def test_export_prints_only_its_own_lines(exported):
+    _, lines = exported
     assert [line for line in lines if FOREIGN.search(line)] == []
 
 
 @pytest.mark.parametrize("kind", ["ours", "exported", "transformers"])
-def test_eval_glue_prints_only_its_own_lines(tmp_path, checkpoint, kind):
-    if kind == "exported":
-        run("scripts/export.py", f"ckpt={checkpoint}", f"out={tmp_path / 'hf'}", cwd=tmp_path)
-    ckpt = {"ours": str(checkpoint), "exported": f"hf:{tmp_path / 'hf'}",
+def test_eval_glue_prints_only_its_own_lines(tmp_path, checkpoint, exported, kind):
+    ckpt = {"ours": str(checkpoint), "exported": f"hf:{exported[0]}",
             "transformers": f"hf:{saved_classifier(tmp_path / 'bert', 2)}"}[kind]
     lines = run("eval_glue.py", f"ckpt={ckpt}", "eval.tasks=[rte]", f"eval.data_dir={GLUE_DIR}",
                 "eval.max_train_examples=16", "eval.epochs=1", f"output_dir={tmp_path / 'glue'}", cwd=tmp_path)

@@ -1,4 +1,5 @@
-"""Real subprocess runs of scripts/prepare_data.py."""
+"""Real subprocess runs of scripts/prepare_data.py (and, for the variants of its bad input, its main() in this
+process)."""
 
 import json
 import os
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from cramming.data import store
+from tests.commands import in_process
 from tests.conftest import REPO_ROOT
 from tests.train.runs import STEP_RUN
 
@@ -89,19 +91,19 @@ def test_real_gutenberg_shard_with_an_unquoted_glob(cache_dir, gutenberg_valid):
 
 
 @pytest.mark.parametrize(
-    ("overrides", "message"),
-    [
-        (["data.bogus=1"], "bogus"),
-        (["data=nonexistent"], "nonexistent"),
-        (["data=local"], "data.files"),
-        (["data=local", "data.files=/no/such/file.txt"], "error: data.files: no such file: /no/such/file.txt"),
-        (["data=local", "data.files=/no/such/*.txt"], "error: data.files: '/no/such/*.txt' matches no files"),
-        (["data.tokenizer.kind=magic"], "error: data.tokenizer.kind='magic' is unknown"),
-        (["data.tokenizer.vocab_size=60000"], "error: the tokenizer's training text supports only"),
+    ("overrides", "message", "real"),
+    [  # two cases as real subprocesses, the others through the same main() in this process (tests/commands.py)
+        (["data.bogus=1"], "bogus", True),
+        (["data=nonexistent"], "nonexistent", False),
+        (["data=local"], "data.files", False),
+        (["data=local", "data.files=/no/such/file.txt"], "error: data.files: no such file: /no/such/file.txt", True),
+        (["data=local", "data.files=/no/such/*.txt"], "error: data.files: '/no/such/*.txt' matches no files", False),
+        (["data.tokenizer.kind=magic"], "error: data.tokenizer.kind='magic' is unknown", False),
+        (["data.tokenizer.vocab_size=60000"], "error: the tokenizer's training text supports only", False),
     ],
 )
-def test_bad_input_is_one_clear_line(cache_dir, overrides, message):
-    run = prepare(*overrides)
+def test_bad_input_is_one_clear_line(cache_dir, overrides, message, real):
+    run = prepare(*overrides) if real else in_process("prepare_data", *overrides)
     assert run.returncode != 0
     assert message in run.stderr
     assert "Traceback" not in run.stderr

@@ -1,4 +1,5 @@
-"""`eval_glue.py` as a user runs it: a real subprocess on a tiny checkpoint, and its one-line errors."""
+"""`eval_glue.py` as a user runs it: a real subprocess on a tiny checkpoint, and its one-line errors (a
+sample of each as a real subprocess, the other variants through its main() in this process)."""
 
 import json
 import os
@@ -7,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.commands import in_process
 
 from .conftest import GLUE_DIR
 
@@ -46,14 +49,15 @@ def test_eval_glue_runs_one_task_on_a_tiny_checkpoint(rte_checkpoint, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("overrides", "message"),
-    [
-        (["ckpt=does/not/exist"], "error: ckpt=does/not/exist: no such directory"),
-        (["eval.tasks=[rte,cola2]"], "error: unknown GLUE task 'cola2'; known tasks: cola, sst2, mrpc,"),
+    ("overrides", "message", "real"),
+    [  # one case as a real subprocess, the other through the same main() in this process (tests/commands.py)
+        (["ckpt=does/not/exist"], "error: ckpt=does/not/exist: no such directory", True),
+        (["eval.tasks=[rte,cola2]"], "error: unknown GLUE task 'cola2'; known tasks: cola, sst2, mrpc,", False),
     ],
 )
-def test_bad_input_ends_in_one_line(rte_checkpoint, tmp_path, overrides, message):
-    run = _eval_glue(f"ckpt={rte_checkpoint}", f"output_dir={tmp_path}", *overrides, timeout=120)
+def test_bad_input_ends_in_one_line(rte_checkpoint, tmp_path, overrides, message, real):
+    arguments = (f"ckpt={rte_checkpoint}", f"output_dir={tmp_path}", *overrides)
+    run = _eval_glue(*arguments, timeout=120) if real else in_process("eval_glue", *arguments)
     assert run.returncode == 2
     assert "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1].startswith(message)
@@ -65,13 +69,13 @@ def test_missing_checkpoint_argument_ends_in_one_line(tmp_path):
     assert run.stderr.strip().splitlines()[-1] == "error: ckpt is required: add ckpt=... to the command"
 
 
-@pytest.mark.parametrize(("task", "folder", "bad", "message"), [
-    ("stsb", "STS-B", "1e9", "label '1e9' is not a score between 0 and 5"),
-    ("stsb", "STS-B", "-5", "label '-5' is not a score between 0 and 5"),
-    ("rte", "RTE", "maybe", "label 'maybe' is not entailment or not_entailment"),
+@pytest.mark.parametrize(("task", "folder", "bad", "message", "real"), [  # one as a real subprocess
+    ("stsb", "STS-B", "1e9", "label '1e9' is not a score between 0 and 5", True),
+    ("stsb", "STS-B", "-5", "label '-5' is not a score between 0 and 5", False),
+    ("rte", "RTE", "maybe", "label 'maybe' is not entailment or not_entailment", False),
 ])
 def test_an_out_of_range_label_is_a_one_line_error_naming_file_line_and_value(rte_checkpoint, tmp_path, task,
-                                                                              folder, bad, message):
+                                                                              folder, bad, message, real):
     """STS-B dev scores of 1e9 and -5 were once scored ("stsb pearson 2.34"), with exit code 0."""
     data = tmp_path / "glue"
     (data / folder).mkdir(parents=True)
@@ -81,7 +85,8 @@ def test_an_out_of_range_label_is_a_one_line_error_naming_file_line_and_value(rt
         fields = rows[line - 1].split("\t")
         rows[line - 1] = "\t".join([*fields[:-1], bad])
     (data / folder / "dev.tsv").write_text("\n".join(rows))
-    run = _eval_glue(f"ckpt={rte_checkpoint}", f"eval.tasks=[{task}]", f"eval.data_dir={data}", "eval.epochs=1",
-                     "eval.max_train_examples=16", f"output_dir={tmp_path / 'out'}")
+    arguments = (f"ckpt={rte_checkpoint}", f"eval.tasks=[{task}]", f"eval.data_dir={data}", "eval.epochs=1",
+                 "eval.max_train_examples=16", f"output_dir={tmp_path / 'out'}")
+    run = _eval_glue(*arguments) if real else in_process("eval_glue", *arguments)
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     assert run.stderr.strip().splitlines()[-1].startswith(f"error: {data / folder / 'dev.tsv'}, line 2: {message}")

@@ -13,7 +13,7 @@ from .conftest import GLUE_DIR
 
 
 @pytest.mark.slow
-def test_pretraining_run_ends_with_a_glue_report(cache_dir, tmp_path, simulated_clock):
+def test_pretraining_run_ends_with_a_glue_report(shared_cache, tmp_path, simulated_clock):
     if not GLUE_DIR.exists():
         pytest.skip(f"GLUE data not found at {GLUE_DIR}")
     run = subprocess.run(

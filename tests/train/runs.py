@@ -1,7 +1,8 @@
-"""Shared by the training tests: tiny run settings, composing them, reading what a run left, and a
+"""Shared by the training tests: tiny run settings, composing them, copying and reading what a run left, and a
 callback that interrupts a run as Ctrl-C would."""
 
 import json
+import shutil
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -31,6 +32,13 @@ def compose_config(overrides: list[str]):
 def only_run(output_dir: Path) -> Path:
     (run_dir,) = (output_dir / "t").iterdir()
     return run_dir
+
+
+def copy_run(run_dir: Path, output_dir: Path) -> Path:
+    """A copy of a finished run where a run of output_dir lives (output_dir/t/<its name>), to resume or damage."""
+    copy = output_dir / "t" / run_dir.name
+    shutil.copytree(run_dir, copy)
+    return copy
 
 
 def records(run_dir: Path) -> list[dict]:

@@ -42,7 +42,7 @@ def test_simulated_time_advances_with_the_microbatches_trained(monkeypatch):
     assert clock.expired()
 
 
-def test_a_budget_run_on_simulated_time_buys_the_same_microbatches_on_any_machine(cache_dir, tmp_path,
+def test_a_budget_run_on_simulated_time_buys_the_same_microbatches_on_any_machine(shared_cache, tmp_path,
                                                                                    simulated_clock):
     """The command line as a user runs it, with the environment variable the budget-clocked tests use: the
     3.6 s budget ends after exactly ceil(3.6 / 0.125) = 29 microbatches, however fast this machine is."""

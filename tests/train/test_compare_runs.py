@@ -14,7 +14,7 @@ from tests.train.runs import STEP_RUN, compose_config
 COMMAND = [sys.executable, str(REPO_ROOT / "scripts" / "compare_runs.py")]
 
 
-def test_two_runs_differing_in_one_key_and_one_package(cache_dir, tmp_path):
+def test_two_runs_differing_in_one_key_and_one_package(shared_cache, tmp_path):
     base = STEP_RUN + ["train.max_steps=3"]
     run_a = pretrain(compose_config(base + [f"output_dir={tmp_path / 'a'}"]))
     run_b = pretrain(compose_config(base + [f"output_dir={tmp_path / 'b'}", "train.optim.lr=5e-4"]))

@@ -9,7 +9,7 @@ from cramming.train.trainer import pretrain
 from tests.train.runs import STEP_RUN, compose_config, records
 
 
-def test_two_deterministic_runs_are_bit_identical(cache_dir, tmp_path):
+def test_two_deterministic_runs_are_bit_identical(shared_cache, tmp_path):
     runs = [pretrain(compose_config(STEP_RUN + ["impl.deterministic=true", f"output_dir={tmp_path / name}"]))
             for name in ("a", "b")]
     assert [r["loss"] for r in records(runs[0])] == [r["loss"] for r in records(runs[1])]
@@ -19,7 +19,7 @@ def test_two_deterministic_runs_are_bit_identical(cache_dir, tmp_path):
     assert not torch.are_deterministic_algorithms_enabled()  # the process-wide setting is restored
 
 
-def test_deterministic_mode_needs_step_progress(cache_dir, tmp_path):
+def test_deterministic_mode_needs_step_progress(shared_cache, tmp_path):
     cfg = compose_config(STEP_RUN + ["train.progress=budget", "impl.deterministic=true", f"output_dir={tmp_path}"])
     with pytest.raises(CrammingError, match="impl.deterministic=true needs train.progress=steps"):
         pretrain(cfg)

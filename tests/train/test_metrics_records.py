@@ -7,14 +7,14 @@ from cramming.train.trainer import pretrain
 from tests.train.runs import STEP_RUN, TINY_RUN, compose_config, records
 
 
-def test_a_record_at_least_every_fraction_of_training(cache_dir, tmp_path):
+def test_a_record_at_least_every_fraction_of_training(shared_cache, tmp_path):
     run_dir = pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path}", "logging.every_steps=100",
                                                   "logging.every_fraction=0.25"]))
     # after step s of 8, training has progressed s / 8: a quarter more every two steps
     assert [record["step"] for record in records(run_dir)] == [2, 4, 6, 8]
 
 
-def test_the_budget_cut_last_step_says_its_planned_batch(cache_dir, tmp_path, simulated_clock, caplog):
+def test_the_budget_cut_last_step_says_its_planned_batch(shared_cache, tmp_path, simulated_clock, caplog):
     with caplog.at_level(logging.INFO, logger="pretrain"):
         run_dir = pretrain(compose_config(TINY_RUN + ["budget=0.001", f"output_dir={tmp_path}",
                                                       "logging.every_steps=1"]))

@@ -1,23 +1,24 @@
 """Nothing lost, nothing silently wrong: a kill in the middle of a rewrite of a run's record, a step whose
-gradients are not finite, and the setting a divergence is blamed on."""
+gradients are not finite, and the setting a divergence is blamed on (the last two through pretrain's main()
+in this process: tests/commands.py)."""
 
 import signal
 import subprocess
 import sys
 
-from cramming.train.trainer import pretrain
+from tests.commands import in_process
 from tests.conftest import REPO_ROOT
-from tests.train.runs import STEP_RUN, compose_config, only_run, records, summary
+from tests.train.runs import STEP_RUN, copy_run, only_run, records, summary
 from tests.train.test_reliability import run_cli
 
 KILL_INSIDE_WRITE = str(REPO_ROOT / "tests" / "kill_inside_write.py")
 
 
-def test_a_kill_while_a_resume_rewrites_the_metrics_loses_no_record(cache_dir, tmp_path):
+def test_a_kill_while_a_resume_rewrites_the_metrics_loses_no_record(shared_cache, tmp_path, straight_run):
     """A resume rewrites metrics.jsonl without the records past its checkpoint; killed inside that rewrite,
     the run keeps every record (the old file or the new one, never an empty one)."""
     run = STEP_RUN + [f"output_dir={tmp_path}", "checkpoint.keep_last=8"]
-    run_dir = pretrain(compose_config(run))
+    run_dir = copy_run(straight_run, tmp_path)  # the run above, trained once a session
     written = records(run_dir)
     resume = f"resume={run_dir / 'checkpoints' / 'step-00000004'}"
     killed = subprocess.run([sys.executable, KILL_INSIDE_WRITE, "metrics.jsonl", str(REPO_ROOT / "pretrain.py"),
@@ -31,12 +32,12 @@ def test_a_kill_while_a_resume_rewrites_the_metrics_loses_no_record(cache_dir, t
     assert summary(run_dir)["final_loss"] == written[-1]["loss"]
 
 
-def test_a_step_with_non_finite_gradients_is_skipped_and_never_confirms_a_checkpoint(cache_dir, tmp_path):
+def test_a_step_with_non_finite_gradients_is_skipped_and_never_confirms_a_checkpoint(shared_cache, tmp_path):
     """lr 1e2: step 1 is finite and checkpointed, but its weights give a finite loss with NaN gradients. Those
     steps are skipped (the weights stay finite) and counted; step 1's checkpoint, never followed by an applied
     step, is removed: resuming it with a lower lr would only diverge again."""
-    run = run_cli(*STEP_RUN, "train.max_steps=6", "train.max_nonfinite_steps=3", "train.optim.lr=1e2",
-                  "train.check_nonfinite_every=1", f"output_dir={tmp_path}")  # read every step: stops at step 4
+    run = in_process("pretrain", *STEP_RUN, "train.max_steps=6", "train.max_nonfinite_steps=3", "train.optim.lr=1e2",
+                     "train.check_nonfinite_every=1", f"output_dir={tmp_path}")  # read every step: stops at step 4
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "step 2: non-finite gradient norm, step skipped (1 in a row)" in run.stdout + run.stderr
     assert run.stderr.strip().splitlines()[-1] == (
@@ -48,8 +49,8 @@ def test_a_step_with_non_finite_gradients_is_skipped_and_never_confirms_a_checkp
     assert summary(run_dir)["nonfinite_skipped"] == 3
 
 
-def test_a_divergence_is_blamed_on_the_setting_that_caused_it(cache_dir, tmp_path):
-    run = run_cli(*STEP_RUN, "train.max_nonfinite_steps=2", "arch.init_std=1e30", f"output_dir={tmp_path}")
+def test_a_divergence_is_blamed_on_the_setting_that_caused_it(shared_cache, tmp_path):
+    run = in_process("pretrain", *STEP_RUN, "train.max_nonfinite_steps=2", "arch.init_std=1e30", f"output_dir={tmp_path}")
     assert run.returncode == 2 and "Traceback" not in run.stderr
     last = run.stderr.strip().splitlines()[-1]
     assert last.startswith("error: 2 non-finite steps in a row at step 2: the run diverged and stopped; ")

@@ -1,5 +1,6 @@
 """Real runs of pretrain.py: the quick start, exact resume after SIGKILL, non-finite losses, interruption,
-DDP, bad config; and what a run leaves behind (summary.json, plots, W&B offline run)."""
+bad config; and what a run leaves behind (summary.json, plots, W&B offline run). DDP under torchrun:
+test_reliability.py."""
 
 import json
 import os
@@ -19,6 +20,7 @@ import cramming
 from cramming.errors import CrammingError
 from cramming.train.callbacks import Callback
 from cramming.train.trainer import pretrain as pretrain_in_process
+from tests.commands import in_process
 from tests.conftest import REPO_ROOT
 from tests.train.runs import STEP_RUN, TINY_RUN, InterruptAt, compose_config, only_run, records, summary
 
@@ -30,7 +32,7 @@ def pretrain(*overrides: str, launcher=(sys.executable,), wait=True):
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=os.environ.copy())
 
 
-def test_budget_run_finishes_on_time_and_leaves_its_outputs(cache_dir, tmp_path, simulated_clock):
+def test_budget_run_finishes_on_time_and_leaves_its_outputs(shared_cache, tmp_path, simulated_clock):
     budget_hours = 0.002  # 7.2 s
     run = pretrain(*TINY_RUN, f"budget={budget_hours}", f"output_dir={tmp_path}", "logging.every_steps=1")
     assert run.returncode == 0, run.stderr
@@ -47,10 +49,7 @@ def test_budget_run_finishes_on_time_and_leaves_its_outputs(cache_dir, tmp_path,
     assert {"step", "elapsed", "tokens", "loss", "lr", "batch_size", "tokens_per_s"} <= set(lines[-1])
 
 
-def test_sigkill_and_resume_match_an_uninterrupted_run(cache_dir, tmp_path):
-    straight = pretrain(*STEP_RUN, f"output_dir={tmp_path / 'a'}")
-    assert straight.returncode == 0, straight.stderr
-
+def test_sigkill_and_resume_match_an_uninterrupted_run(shared_cache, tmp_path, straight_run):
     victim = pretrain(*STEP_RUN, f"output_dir={tmp_path / 'b'}", wait=False)
     deadline = time.time() + 300
     while not list((tmp_path / "b").glob("t/*/checkpoints/step-00000003")):
@@ -62,7 +61,7 @@ def test_sigkill_and_resume_match_an_uninterrupted_run(cache_dir, tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming" in resumed.stdout
 
-    a, b = only_run(tmp_path / "a"), only_run(tmp_path / "b")
+    a, b = straight_run, only_run(tmp_path / "b")  # a: the same STEP_RUN, uninterrupted (tests/train/conftest.py)
     state_a = torch.load(a / "checkpoints/final/trainer_state.pt", weights_only=True)["progress"]
     state_b = torch.load(b / "checkpoints/final/trainer_state.pt", weights_only=True)["progress"]
     assert (state_a["step"], state_a["microbatches"], state_a["tokens"]) == (8, state_b["microbatches"], state_b["tokens"])
@@ -87,7 +86,7 @@ def png_size(path: Path) -> tuple[int, int]:
     return width, height
 
 
-def test_quickstart_leaves_summary_plots_and_a_wandb_run_and_two_runs_overlay(cache_dir, tmp_path, simulated_clock):
+def test_quickstart_leaves_summary_plots_and_a_wandb_run_and_two_runs_overlay(shared_cache, tmp_path, simulated_clock):
     budget_hours = 0.001  # 3.6 s
     run = pretrain("--config-name", "quickstart", "wandb=offline", f"budget={budget_hours}",
                    f"output_dir={tmp_path}", "logging.every_steps=1")
@@ -136,15 +135,13 @@ def test_quickstart_leaves_summary_plots_and_a_wandb_run_and_two_runs_overlay(ca
                      b"summary/stop_reason", json.dumps(facts["final_loss"]).encode()):
         assert expected in logged, expected  # the config, the metrics, the summary
 
-    other = pretrain(*STEP_RUN, "train.max_steps=3", f"output_dir={tmp_path}")
-    assert other.returncode == 0, other.stderr
+    other = pretrain_in_process(compose_config(STEP_RUN + ["train.max_steps=3", f"output_dir={tmp_path}"]))
     overlay = tmp_path / "compare.png"
-    command = [sys.executable, str(REPO_ROOT / "scripts/plot_runs.py"), str(run_dir), str(only_run(tmp_path)),
-               "--out", str(overlay)]
+    command = [sys.executable, str(REPO_ROOT / "scripts/plot_runs.py"), str(run_dir), str(other), "--out", str(overlay)]
     plotted = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert plotted.returncode == 0, plotted.stderr
     assert png_size(overlay) == (1100, 400)
-    not_a_run = subprocess.run(command[:2] + [str(tmp_path)], capture_output=True, text=True, timeout=120)
+    not_a_run = in_process("plot_runs", str(tmp_path))
     assert not_a_run.returncode == 2 and "no metrics.jsonl" in not_a_run.stderr and "Traceback" not in not_a_run.stderr
 
 
@@ -158,7 +155,7 @@ class PoisonedLoss(Callback):
         return loss * float("nan") if self.steps(state.progress.step + 1) else loss
 
 
-def test_nonfinite_losses_are_skipped_then_stop_the_run(cache_dir, tmp_path):
+def test_nonfinite_losses_are_skipped_then_stop_the_run(shared_cache, tmp_path):
     # counts read every step: the run stops at the step that reaches the limit (tests/train/test_step_syncs.py
     # runs the default, a read every 10 steps)
     cfg = compose_config(STEP_RUN + [f"output_dir={tmp_path}", "train.max_steps=20", "train.max_nonfinite_steps=3",
@@ -182,7 +179,7 @@ def test_nonfinite_losses_are_skipped_then_stop_the_run(cache_dir, tmp_path):
     assert (run_dir / "plots" / "loss.png").exists()
 
 
-def test_an_interrupted_run_leaves_its_summary(cache_dir, tmp_path):
+def test_an_interrupted_run_leaves_its_summary(shared_cache, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         pretrain_in_process(compose_config(STEP_RUN + [f"output_dir={tmp_path}"]), callbacks=[InterruptAt(3)])
     run_dir = only_run(tmp_path)
@@ -191,7 +188,7 @@ def test_an_interrupted_run_leaves_its_summary(cache_dir, tmp_path):
     assert facts["tokens"] == records(run_dir)[-1]["tokens"] and facts["final_loss"] == records(run_dir)[-1]["loss"]
 
 
-def test_a_resumed_run_keeps_its_checkpoints_microbatch(cache_dir, tmp_path):
+def test_a_resumed_run_keeps_its_checkpoints_microbatch(shared_cache, tmp_path):
     cfg = STEP_RUN + [f"output_dir={tmp_path}", "train.max_steps=2"]
     pretrain_in_process(compose_config(cfg))
     run_dir = pretrain_in_process(compose_config(cfg + ["impl.microbatch_size=null", "resume=latest"]))
@@ -199,33 +196,24 @@ def test_a_resumed_run_keeps_its_checkpoints_microbatch(cache_dir, tmp_path):
     assert (facts["microbatch_size"], facts["microbatch_source"]) == (16, "checkpoint")  # not the profile's 32
 
 
-def test_two_processes_with_gloo(cache_dir, tmp_path):
-    run = pretrain(*STEP_RUN, "train.max_steps=3", f"output_dir={tmp_path}",
-                   launcher=(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"))
-    assert run.returncode == 0, run.stdout + run.stderr
-    run_dir = only_run(tmp_path)  # rank 1 made no run directory of its own
-    state = torch.load(run_dir / "checkpoints/final/trainer_state.pt", weights_only=True)
-    assert state["fingerprint"]["world_size"] == 2 and state["progress"]["step"] == 3
-    assert records(run_dir)[-1]["batch_size"] % 32 == 0  # two ranks of 16
-
-
 @pytest.mark.parametrize(
-    ("overrides", "message"),
-    [
-        (["train.bogus=1"], "bogus"),
-        (["gpu=tpu"], "tpu"),
-        (["budget=-1"], "error: budget=-1.0 must be a positive number"),
-        (["train.lr_schedule=step"], "error: train.lr_schedule='step' is unknown"),
-        (["resume=/nowhere"], "error: resume=/nowhere: no such directory"),
-        (["wandb.mode=cloud"], "error: wandb.mode='cloud' must be one of disabled, offline, online"),
+    ("overrides", "message", "real"),
+    [  # one case as a real subprocess, the others through the same main() in this process (tests/commands.py)
+        (["train.bogus=1"], "bogus", True),
+        (["gpu=tpu"], "tpu", False),
+        (["budget=-1"], "error: budget=-1.0 must be a positive number", False),
+        (["train.lr_schedule=step"], "error: train.lr_schedule='step' is unknown", False),
+        (["resume=/nowhere"], "error: resume=/nowhere: no such directory", False),
+        (["wandb.mode=cloud"], "error: wandb.mode='cloud' must be one of disabled, offline, online", False),
     ],
 )
-def test_bad_config_is_one_clear_line(cache_dir, tmp_path, overrides, message):
-    run = pretrain(*TINY_RUN, "budget=0.001", f"output_dir={tmp_path}", *overrides)
+def test_bad_config_is_one_clear_line(shared_cache, tmp_path, overrides, message, real):
+    arguments = (*TINY_RUN, "budget=0.001", f"output_dir={tmp_path}", *overrides)
+    run = pretrain(*arguments) if real else in_process("pretrain", *arguments)
     assert run.returncode != 0 and message in run.stderr and "Traceback" not in run.stderr
 
 
-def test_wandb_online_without_an_account_is_one_line(cache_dir, tmp_path):
+def test_wandb_online_without_an_account_is_one_line(shared_cache, tmp_path):
     env = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_")}
     env["HOME"] = str(tmp_path)  # no ~/.netrc, so no stored W&B key
     run = subprocess.run(

@@ -25,8 +25,9 @@ from cramming.train import heartbeat
 from cramming.train.callbacks import Callback
 from cramming.train.interrupt import Interrupted
 from cramming.train.trainer import pretrain
+from tests.commands import in_process
 from tests.conftest import REPO_ROOT
-from tests.train.runs import STEP_RUN, InterruptAt, compose_config, only_run, records, summary
+from tests.train.runs import STEP_RUN, InterruptAt, compose_config, copy_run, only_run, records, summary
 
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
 
@@ -61,7 +62,7 @@ def wait_for(path_glob: str, root: Path, process: subprocess.Popen, timeout: flo
 
 
 @pytest.mark.slow
-def test_torchrun_with_the_default_budget_stop(cache_dir, tmp_path, simulated_clock):
+def test_torchrun_with_the_default_budget_stop(shared_cache, tmp_path, simulated_clock):
     """The default stopping rule (budget, no max_steps) under 2 gloo processes: it once crashed both ranks.
     Rank 0 tells the story: the run's lines appear once, not once per rank."""
     run = run_cli("--config-name", "quickstart", "budget=0.002", f"output_dir={tmp_path}", launcher=TORCHRUN)
@@ -76,25 +77,29 @@ def test_torchrun_with_the_default_budget_stop(cache_dir, tmp_path, simulated_cl
 
 
 @pytest.mark.slow
-def test_torchrun_killed_and_resumed_matches_an_uninterrupted_run(cache_dir, tmp_path):
+def test_torchrun_killed_and_resumed_matches_an_uninterrupted_run(shared_cache, tmp_path):
     straight = run_cli(*STEP_RUN, f"output_dir={tmp_path / 'a'}", launcher=TORCHRUN)
     assert straight.returncode == 0, straight.stdout + straight.stderr
+    a = only_run(tmp_path / "a")  # two processes with gloo: rank 1 made no run directory of its own
+    state = torch.load(a / "checkpoints/final/trainer_state.pt", weights_only=True)
+    assert state["fingerprint"]["world_size"] == 2 and state["progress"]["step"] == 8
+    assert records(a)[-1]["batch_size"] % 32 == 0  # two ranks of 16
     victim = run_cli(*STEP_RUN, f"output_dir={tmp_path / 'b'}", launcher=TORCHRUN, start_new_session=True)
     wait_for("t/*/checkpoints/step-00000003", tmp_path / "b", victim)
     kill_tree(victim)
     resumed = run_cli(*STEP_RUN, f"output_dir={tmp_path / 'b'}", "resume=latest", launcher=TORCHRUN)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    a, b = only_run(tmp_path / "a"), only_run(tmp_path / "b")
+    b = only_run(tmp_path / "b")
     assert [r["step"] for r in records(b)] == list(range(1, 9))
     assert [r["loss"] for r in records(a)] == [r["loss"] for r in records(b)]
     weights_a, weights_b = final_weights(a), final_weights(b)
     assert all(torch.equal(weights_a[key], weights_b[key]) for key in weights_a)
 
 
-def test_a_diverging_run_exits_non_zero_and_leaves_no_bad_checkpoint(cache_dir, tmp_path):
+def test_a_diverging_run_exits_non_zero_and_leaves_no_bad_checkpoint(shared_cache, tmp_path):
     """A learning rate of 1e30 overflows the logits after the first update: every loss after it is
     non-finite. The checkpoint of step 1 (whose weights led there) is removed, none is written after."""
-    run = run_cli(*STEP_RUN, "train.max_steps=20", "train.optim.lr=1e30", f"output_dir={tmp_path}")
+    run = in_process("pretrain", *STEP_RUN, "train.max_steps=20", "train.optim.lr=1e30", f"output_dir={tmp_path}")
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1] == (
         "error: 10 non-finite steps in a row at step 11: the run diverged and stopped; no checkpoint was written "
@@ -116,7 +121,7 @@ class PoisonWeightsAt(Callback):
                 state.model.bert.embeddings.word_embeddings.weight[7, 0] = float("nan")
 
 
-def test_the_last_good_checkpoint_survives_pruning_and_resumes_with_a_lower_lr(cache_dir, tmp_path):
+def test_the_last_good_checkpoint_survives_pruning_and_resumes_with_a_lower_lr(shared_cache, tmp_path):
     cfg = STEP_RUN + [f"output_dir={tmp_path}", "train.max_steps=12", "train.max_nonfinite_steps=3",
                       "checkpoint.keep_last=1"]
     with pytest.raises(CrammingError) as stopped:
@@ -152,9 +157,8 @@ def test_a_tampered_dataset_cache_is_rebuilt(tmp_path, caplog):
     assert again.meta["sha256"] == recorded and np.array_equal(again.rows(), dataset.rows())
 
 
-def test_resuming_a_checkpoint_from_elsewhere_writes_into_output_dir(cache_dir, tmp_path):
-    first = pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path / 'theirs'}", "train.max_steps=8",
-                                                "checkpoint.keep_last=8"]))
+def test_resuming_a_checkpoint_from_elsewhere_writes_into_output_dir(shared_cache, tmp_path, straight_run):
+    first = straight_run  # STEP_RUN's eight steps, every checkpoint kept
     checkpoint = first / "checkpoints" / "step-00000004"
     mine = pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path / 'mine'}", "train.max_steps=8",
                                                "checkpoint.keep_last=8", f"resume={checkpoint}"]))
@@ -164,7 +168,7 @@ def test_resuming_a_checkpoint_from_elsewhere_writes_into_output_dir(cache_dir, 
     assert (first / "checkpoints" / "final").is_dir() and len(list((first / "checkpoints").iterdir())) == 9
 
 
-def test_a_heartbeat_is_written_while_training(cache_dir, tmp_path, monkeypatch):
+def test_a_heartbeat_is_written_while_training(shared_cache, tmp_path, monkeypatch):
     monkeypatch.setattr(heartbeat, "INTERVAL_S", 0.0)  # a heartbeat at every microbatch
     with pytest.raises(KeyboardInterrupt):  # dies before step 6, long before its first checkpoint
         pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path}", "checkpoint.interval_minutes=100"]),
@@ -175,9 +179,8 @@ def test_a_heartbeat_is_written_while_training(cache_dir, tmp_path, monkeypatch)
     assert not list((run_dir / "checkpoints").glob("*"))
 
 
-def test_heartbeat_time_beyond_the_checkpoint_is_charged(cache_dir, tmp_path):
-    run_dir = pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path}", "train.max_steps=8",
-                                                  "checkpoint.keep_last=8"]))
+def test_heartbeat_time_beyond_the_checkpoint_is_charged(shared_cache, tmp_path, straight_run):
+    run_dir = copy_run(straight_run, tmp_path)  # STEP_RUN's eight steps, every checkpoint kept
     checkpoint = run_dir / "checkpoints" / "step-00000004"
     at_checkpoint = torch.load(checkpoint / "trainer_state.pt", weights_only=True)["progress"]["elapsed"]
     (run_dir / "heartbeat.json").write_text(json.dumps({"elapsed": at_checkpoint + 30.0, "step": 6}))  # killed later
@@ -188,8 +191,8 @@ def test_heartbeat_time_beyond_the_checkpoint_is_charged(cache_dir, tmp_path):
     assert facts["training_s"] > at_checkpoint + 30.0
 
 
-def test_a_torn_last_metrics_line_is_dropped_on_resume(cache_dir, tmp_path, caplog):
-    run_dir = pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path}", "checkpoint.keep_last=8"]))
+def test_a_torn_last_metrics_line_is_dropped_on_resume(shared_cache, tmp_path, caplog, straight_run):
+    run_dir = copy_run(straight_run, tmp_path)  # STEP_RUN, every checkpoint kept
     with open(run_dir / "metrics.jsonl", "a") as handle:
         handle.write('{"step": 9, "loss": 1.2')  # killed mid-write
     pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path}", "checkpoint.keep_last=8",
@@ -201,7 +204,7 @@ def test_a_torn_last_metrics_line_is_dropped_on_resume(cache_dir, tmp_path, capl
 SIGNALLED_RUN = [*STEP_RUN, "train.max_steps=40", "checkpoint.interval_minutes=100"]
 
 
-def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_run_resumes_exactly(cache_dir, tmp_path):
+def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_run_resumes_exactly(shared_cache, tmp_path):
     """SIGTERM (a scheduler's preemption) to the CLI; Ctrl-C takes the same path (next test)."""
     arguments, signum = SIGNALLED_RUN, signal.SIGTERM
     straight = pretrain(compose_config(SIGNALLED_RUN + [f"output_dir={tmp_path / 'a'}"]))
@@ -234,7 +237,7 @@ class SignalAt(Callback):
             os.kill(os.getpid(), self.signum)
 
 
-def test_ctrl_c_stops_after_the_step_with_a_checkpoint(cache_dir, tmp_path):
+def test_ctrl_c_stops_after_the_step_with_a_checkpoint(shared_cache, tmp_path):
     with pytest.raises(Interrupted) as stopped:
         pretrain(compose_config(SIGNALLED_RUN + [f"output_dir={tmp_path}"]), callbacks=[SignalAt(3, signal.SIGINT)])
     run_dir = only_run(tmp_path)
@@ -244,7 +247,7 @@ def test_ctrl_c_stops_after_the_step_with_a_checkpoint(cache_dir, tmp_path):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is given back
 
 
-def test_a_second_signal_exits_at_once(cache_dir, tmp_path):
+def test_a_second_signal_exits_at_once(shared_cache, tmp_path):
     """Steps of 32 microbatches (about a second here): the second SIGINT comes while the first waits for the
     step to end. (Two signals sent at once would arrive as one.)"""
     victim = run_cli(*STEP_RUN, "train.max_steps=400", "train.batch_size=512", "train.batch_ramp_fraction=0",

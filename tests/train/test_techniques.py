@@ -413,8 +413,12 @@ def test_ema_averages_with_a_warm_up_of_its_decay():
     for value, expected in ((10.0, 9.0), (10.0, 9.0 + 1.0 * (1 - 2 / 11))):
         with torch.no_grad():
             model.weight.fill_(value)
+        state.step_finite = torch.tensor(True)
         ema.after_optimizer_step(state)
         assert torch.allclose(ema.average[0], torch.full((1, 2), expected))
+    state.step_finite = torch.tensor(False)  # a step the optimizer skipped on the device moves nothing
+    ema.after_optimizer_step(state)
+    assert torch.allclose(ema.average[0], torch.full((1, 2), 9.0 + 1.0 * (1 - 2 / 11)))
     ema.on_train_end(state, "interrupted")
     assert model.weight[0, 0] == 10.0  # an interrupted run keeps training its raw weights
     ema.on_train_end(state, "max_steps")

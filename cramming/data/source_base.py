@@ -61,6 +61,10 @@ class Source(ABC):
         """Uncompressed input size when it can be known up front (for the progress bar)."""
         return None
 
+    def provenance(self) -> dict:
+        """What was read beyond the fingerprint, for meta.json once the documents have been read (the hub's commit)."""
+        return {}
+
     @abstractmethod
     def documents(self) -> Iterator[Document]:
         """The documents, in reading order."""

@@ -69,3 +69,11 @@ def test_mixture_and_the_sources_it_reads_do_not_import_the_lookup():
             "print('cramming.data.sources' in sys.modules)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.strip() == "False", run.stderr
+
+
+@pytest.mark.parametrize(("name", "override"), [("wikipedia", "data.hub_revision=main"),
+                                                ("fineweb-edu", "data.max_tokens=1000000"),
+                                                ("embedded", "data.max_tokens=1000000")])
+def test_a_set_revision_or_token_cap_keys_another_dataset(name, override):
+    """At null they leave the keys above as they were (LATER_DATA_KEYS); set, they change what is prepared."""
+    assert store.cache_key(data_config(name, override), FINGERPRINTS[name]) != KEYS_BEFORE_THE_SPLIT[name]

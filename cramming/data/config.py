@@ -64,15 +64,21 @@ class DataConfig:
     files: Any = None
     # mixture: the sources and their weights; documents are interleaved by characters (cramming.data.mixture)
     sources: list[MixtureSourceConfig] = field(default_factory=list)
-    # hub: load_dataset(hub_path, hub_name, split=split, streaming=streaming)
+    # hub: load_dataset(hub_path, hub_name, split=split, streaming=streaming, revision=the commit of hub_revision)
     hub_path: Optional[str] = None
     hub_name: Optional[str] = None
+    # hub: a branch, tag or commit sha of the dataset (null: its default branch); the commit it resolves to is
+    # what both passes read, and is recorded in meta.json (`hub`) and the summary
+    hub_revision: Optional[str] = None
     split: str = "train"
     streaming: bool = True
     text_column: str = "text"
     # text files: one document per line, per blank-line-separated paragraph, or per file
     sample_by: str = "paragraph"
     max_documents: Optional[int] = None  # stop after this many documents read (large hub corpora)
+    # stop once this many tokens are packed: kept documents' tokens, each followed by its [SEP], in reading order;
+    # the stream is cut exactly there (the last document may be cut), so rows = max_tokens // seq_length
+    max_tokens: Optional[int] = None
     max_doc_chars: int = 1_000_000  # longer documents are cut into pieces, packed back to back
     normalize: NormalizeConfig = field(default_factory=NormalizeConfig)
     filter: FilterConfig = field(default_factory=FilterConfig)

@@ -18,10 +18,10 @@ all of them.
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from cramming.data.config import DataConfig
-from cramming.data.sources import SAMPLE_BY, Document, Source
+from cramming.data.local_source import LocalSource
+from cramming.data.source_base import SAMPLE_BY, Document, Source
 from cramming.errors import CrammingError
 
 
@@ -59,17 +59,16 @@ def source_name(spec) -> str:
     return files
 
 
-@dataclass
-class Mixture:
+class Mixture(Source, kind="mixture"):
     """Several local sources read as one stream, interleaved by characters (module docstring)."""
 
-    cfg: DataConfig
-    components: list[Source]
-    names: list[str]
-    weights: list[float]  # normalized to sum to 1
+    def __init__(self, cfg: DataConfig, components: list[LocalSource], names: list[str], weights: list[float]):
+        super().__init__(cfg)
+        self.components, self.names = components, names
+        self.weights = weights  # normalized to sum to 1
 
     @classmethod
-    def from_config(cls, cfg: DataConfig) -> "Mixture":
+    def build(cls, cfg: DataConfig) -> "Mixture":
         check_mixture_config(cfg)
         components, names, weights = [], [], []
         for spec in cfg.sources:
@@ -79,7 +78,7 @@ class Mixture:
                 sample_by=spec.sample_by if spec.sample_by is not None else cfg.sample_by,
             )
             try:
-                components.append(Source.from_config(component))
+                components.append(LocalSource.build(component))
             except CrammingError as problem:  # name the source, not data.files
                 raise CrammingError(str(problem).replace("data.files", f"data.sources[{len(names)}].files")) from None
             names.append(source_name(spec))

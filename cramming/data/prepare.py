@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer
-from tqdm import tqdm
 
 from cramming.data import store
 from cramming.data.config import DataConfig
@@ -31,6 +30,7 @@ from cramming.data.filters import DocumentFilter, median_tokens_per_char, trash_
 from cramming.data.mixture import Mixture
 from cramming.data.ordering import row_order, sentence_end_ids
 from cramming.data.packing import RowWriter, TextBatch, documents_to_stream
+from cramming.data.progress import PreparationProgress
 from cramming.data.pretrained_tokenizer import pretrained_tokenizer, tokenizer_sha256
 from cramming.data.sources import Document, Source
 from cramming.data.tokenizer import SEP_ID, train_tokenizer
@@ -100,16 +100,22 @@ def _tokenizer_sample(cfg: DataConfig, source: Source, sample_filter: DocumentFi
     return sample
 
 
-def _batches(documents: Iterable[tuple[int, Document]], doc_filter: DocumentFilter, batch_chars: float, progress,
-             read_per_source: list[int]):
+def _batches(documents: Iterable[tuple[int, Document]], doc_filter: DocumentFilter, batch_chars: float,
+             progress: PreparationProgress, track_reading: bool):
+    """Filtered documents in batches of about `batch_chars`. track_reading (under a token cap): each part also
+    carries what had been read up to its document, so the counts can stop where the cap cuts the stream rather
+    than where the reader, ahead of the packing, happened to be."""
     batch = TextBatch()
     chars = 0
     for origin, document in documents:
-        progress.update(sum(map(len, document)) + len(document))  # characters, ≈ bytes of English text
-        read_per_source[origin] += 1
+        progress.read(origin, document)
+        read_so_far = None
         for part in doc_filter(document):
             batch.add(part, origin)
             chars += batch.chars_per_doc[-1]
+            if track_reading:
+                read_so_far = read_so_far or (Counter(doc_filter.counts), list(progress.read_per_source), progress.bytes)
+                batch.read_so_far.append(read_so_far)
         if chars >= batch_chars:
             yield batch
             batch, chars = TextBatch(), 0
@@ -183,33 +189,49 @@ def _build(cfg: DataConfig, source: Source, out: Path, pretrained: Tokenizer | N
     token_counts = np.zeros(tokenizer.get_vocab_size(), dtype=np.int64)
     counts: Counter[str] = Counter()
     mixture = source if isinstance(source, Mixture) else None
-    read_per_source = [0] * (len(mixture.names) if mixture else 1)
-    per_source = np.zeros((len(read_per_source), 2), dtype=np.int64)  # kept documents, tokens
+    progress = PreparationProgress(cfg, source.total_bytes(), len(mixture.names) if mixture else 1)
+    per_source = np.zeros((len(progress.read_per_source), 2), dtype=np.int64)  # kept documents, tokens
+    read_to_the_cut = None  # under data.max_tokens: what had been read up to the document the cap cut
 
     def pack(batch: TextBatch, encodings) -> None:
-        stream, kept, trashed = documents_to_stream(batch, encodings, cutoff, per_source)
+        nonlocal read_to_the_cut
+        room = None if cfg.max_tokens is None else cfg.max_tokens - counts["tokens"]
+        stream, kept, trashed = documents_to_stream(batch, encodings, cutoff, per_source, room)
         counts["documents_kept"] += kept
         counts["dropped_trash"] += trashed
         counts["tokens"] += len(stream)
         token_counts[:] += np.bincount(stream, minlength=len(token_counts))
         writer.write(stream)
+        progress.packed(len(stream))
+        if full():  # the documents the stream reached: kept and trashed ones, in order
+            read_to_the_cut = batch.read_so_far[kept + trashed - 1]
 
-    progress = tqdm(total=source.total_bytes(), unit="B", unit_scale=True, desc="tokenizing", mininterval=1.0)
+    def full() -> bool:
+        return cfg.max_tokens is not None and counts["tokens"] >= cfg.max_tokens
+
     documents = _capped(source.tagged_documents(), cfg.max_documents)
     encode = functools.partial(tokenizer.encode_batch_fast, add_special_tokens=False)
     in_flight: collections.deque = collections.deque()
     # Two encodings in flight keep the tokenizer's thread pool busy across batch boundaries while this
     # thread packs finished batches, in order.
+    batches = _prefetch(_batches(documents, doc_filter, cfg.batch_mb * 1e6, progress, cfg.max_tokens is not None))
     with ThreadPoolExecutor(max_workers=ENCODES_IN_FLIGHT) as encoders:
-        for batch in _prefetch(_batches(documents, doc_filter, cfg.batch_mb * 1e6, progress, read_per_source)):
+        for batch in batches:
             in_flight.append((batch, encoders.submit(encode, batch.lines)))
             if len(in_flight) > ENCODES_IN_FLIGHT:
                 pack(*_finished(in_flight.popleft()))
-        while in_flight:
+            if full():
+                break
+        batches.close()  # stops the reader where the token cap was reached
+        while in_flight and not full():
             pack(*_finished(in_flight.popleft()))
+        for _, encoding in in_flight:
+            encoding.cancel()
     progress.close()
     tail_tokens = writer.close()
-    counts.update(doc_filter.counts)
+    filter_counts, read_per_source, bytes_read = (read_to_the_cut if full() else
+                                                  (doc_filter.counts, progress.read_per_source, progress.bytes))
+    counts.update(filter_counts)
 
     if counts["documents_kept"] == 0:
         raise CrammingError(f"no documents left after filtering ({_dropped_summary(counts)})")
@@ -222,9 +244,9 @@ def _build(cfg: DataConfig, source: Source, out: Path, pretrained: Tokenizer | N
     np.save(out / store.ORDER_FILE, order)
     np.save(out / store.COUNTS_FILE, token_counts)
     seconds = time.perf_counter() - started
-    # the progress count misses blank lines between documents; a mixture reads only part of some sources
-    whole_source = source.total_bytes() if cfg.max_documents is None and mixture is None else None
-    input_bytes = whole_source or progress.n
+    # the characters read miss blank lines between documents; a mixture reads only part of some sources
+    whole = cfg.max_documents is None and cfg.max_tokens is None and mixture is None
+    input_bytes = (source.total_bytes() if whole else None) or bytes_read
     meta = {
         "format_version": store.FORMAT_VERSION,
         "name": cfg.name,
@@ -250,6 +272,7 @@ def _build(cfg: DataConfig, source: Source, out: Path, pretrained: Tokenizer | N
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "trash_filter": {"cutoff": cutoff, "scaling": cfg.filter.trash_cutoff_scaling,
                          "median_ratio": None if median_ratio is None else round(median_ratio, 6)},
+        **source.provenance(),
     }
     if mixture is not None:
         meta["sources"] = [

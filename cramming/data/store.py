@@ -22,7 +22,7 @@ EXECUTION_ONLY_KEYS = ("batch_mb",)  # change how fast, not what is produced
 # Keys added after datasets were prepared, with the value that reproduces the earlier output: left out of
 # the key while at that value, so the datasets prepared before them still match.
 LATER_FILTER_KEYS = {"near_dedup_threshold": None, "trash_cutoff_scaling": "none"}
-LATER_DATA_KEYS = {"sources": []}
+LATER_DATA_KEYS = {"sources": [], "hub_revision": None, "max_tokens": None}
 LATER_TOKENIZER_KEYS = {"name": None}
 ROWS_FILE, ORDER_FILE, COUNTS_FILE, TOKENIZER_FILE, META_FILE = (
     "rows.bin",

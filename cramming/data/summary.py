@@ -17,6 +17,8 @@ def format_summary(dataset: store.PreparedDataset, reused: bool, seconds: float)
         + f", kept {docs['kept']}, dropped {sum(docs['dropped'].values())} ({dropped})",
         f"tokens    {meta['tokens_packed']:,} in {meta['num_rows']:,} rows of {meta['seq_length']} "
         f"({meta['tail_tokens_dropped']} tail tokens left out); vocabulary {meta['vocab_size']}",
+        *_cap_lines(meta),
+        *_hub_lines(meta),
         f"order     {meta['config']['ordering']} (seed {meta['config']['seed']})",
         *_trash_line(meta),
         *(f"source    {entry['name']}: weight {entry['weight']:.3f}, documents read {entry['documents_read']}, "
@@ -34,3 +36,27 @@ def _trash_line(meta: dict) -> list[str]:
         return []
     return [f"trash     cutoff {trash['cutoff']:.4f} tokens per character = {meta['config']['filter']['trash_cutoff']} "
             f"x the median {trash['median_ratio']:.4f}"]
+
+
+def _cap_lines(meta: dict) -> list[str]:
+    """A slice, not the whole source: which cap stopped the reading, if one did."""
+    config, lines = meta["config"], []
+    if config.get("max_documents") is not None:
+        reached = meta["documents"]["read"] >= config["max_documents"]
+        lines.append(f"cap       data.max_documents={config['max_documents']:,}: "
+                     + ("reached: a slice of the source" if reached else "not reached"))
+    if config.get("max_tokens") is not None:
+        reached = meta["tokens_packed"] + meta["tail_tokens_dropped"] >= config["max_tokens"]
+        lines.append(f"cap       data.max_tokens={config['max_tokens']:,}: "
+                     + ("reached: a slice of the source" if reached else "not reached"))
+    return lines
+
+
+def _hub_lines(meta: dict) -> list[str]:
+    hub = meta.get("hub")
+    if hub is None:
+        return []
+    name = hub["path"] + (f"/{hub['name']}" if hub["name"] else "")
+    asked = f" (data.hub_revision={hub['revision']})" if hub["revision"] is not None else " (default branch)"
+    commit = f"at commit {hub['commit']}" if hub["commit"] else "commit not recorded: the hub did not answer"
+    return [f"hub       {name}, split {hub['split']}, {commit}{asked}"]

@@ -60,3 +60,22 @@ def test_orderings(tmp_path):
     assert row_order("frequency_curriculum", *args, seed=0).tolist() == [1, 3, 2, 0]  # common tokens first
     with pytest.raises(CrammingError, match="ordering='random' is unknown"):
         row_order("random", *args, seed=0)
+
+
+def test_a_token_limit_cuts_the_stream_and_counts_only_the_documents_it_reaches(tokenizer):
+    """data.max_tokens' room: the document the cut falls in counts as kept with the tokens before the cut; the
+    trash and the documents after the cut are not counted at all."""
+    gibberish = ["qzx vvk jjq zzpx kqv xqz" * 4]
+    documents = [["the value of the expression is returned"], gibberish, ["an expression"], gibberish, ["the end"]]
+    batch = TextBatch()
+    for origin, document in enumerate(documents):
+        batch.add(document, origin % 2)
+    encodings = tokenizer.encode_batch_fast(batch.lines, add_special_tokens=False)
+    whole, _, _ = documents_to_stream(batch, encodings, 0.3)
+    first = len(tokenizer.encode(documents[0][0], add_special_tokens=False).ids) + 1  # with its [SEP]
+    limit = first + 2  # two tokens into "an expression"
+    per_source = np.zeros((2, 2), dtype=np.int64)
+    stream, kept, trashed = documents_to_stream(batch, encodings, 0.3, per_source, limit)
+    assert stream.tolist() == whole.tolist()[:limit]
+    assert (kept, trashed) == (2, 1)  # the first two documents and the gibberish between them
+    assert per_source.tolist() == [[2, limit], [0, 0]] and per_source[:, 1].sum() == len(stream)

@@ -1,0 +1,77 @@
+"""data.source=hub (data=wikipedia, data=fineweb-edu): a dataset on the Hugging Face hub, streamed.
+
+`data.hub_revision` (a branch, tag or commit) is resolved to its commit once, through the hub's API, and that
+commit is what `datasets` loads: the tokenizer's sample and the main pass read the same text even if the branch
+moves in between, and meta.json records what was read. Without a revision the default branch's commit is
+recorded when the hub answers; offline (the datasets cache) it is not, and reading works as before.
+"""
+
+import logging
+import re
+from collections.abc import Iterator
+
+from cramming.data.config import DataConfig
+from cramming.data.local_source import READ_BATCH_ROWS
+from cramming.data.source_base import Document, Source, split_records
+from cramming.errors import CrammingError
+
+log = logging.getLogger(__name__)
+COMMIT = re.compile(r"[0-9a-f]{40}")  # a full commit sha names itself: no need to ask the hub
+
+
+class HubSource(Source, kind="hub"):
+    def __init__(self, cfg: DataConfig):
+        super().__init__(cfg)
+        self._commit: str | None = None
+        self._resolved = False
+
+    @classmethod
+    def build(cls, cfg: DataConfig) -> "HubSource":
+        if not cfg.hub_path:
+            raise CrammingError("data.source=hub needs data.hub_path (a dataset name on the hub)")
+        return cls(cfg)
+
+    @property
+    def where(self) -> str:
+        return f"hub dataset {self.cfg.hub_path}" + (f"/{self.cfg.hub_name}" if self.cfg.hub_name else "")
+
+    def fingerprint(self) -> dict:
+        return {"hub": [self.cfg.hub_path, self.cfg.hub_name, self.cfg.split, self.cfg.text_column]}
+
+    def commit(self) -> str | None:
+        """The commit read: data.hub_revision's (or the default branch's), asked of the hub once; None when no
+        revision was given and the hub cannot be reached."""
+        if self._resolved:
+            return self._commit
+        requested = self.cfg.hub_revision
+        if requested is not None and COMMIT.fullmatch(requested):
+            self._commit = requested
+        else:
+            try:
+                from huggingface_hub import HfApi
+
+                self._commit = HfApi().dataset_info(self.cfg.hub_path, revision=requested).sha
+            except Exception as error:  # offline, unknown dataset or revision: the hub client's message says which
+                if requested is not None:
+                    raise CrammingError(f"data.hub_revision={requested}: cannot resolve it for {self.where}: "
+                                        f"{type(error).__name__}: {error}") from None
+                log.info("%s: its commit is not recorded (the hub did not answer: %s)", self.where, type(error).__name__)
+        self._resolved = True
+        return self._commit
+
+    def provenance(self) -> dict:
+        return {"hub": {"path": self.cfg.hub_path, "name": self.cfg.hub_name, "split": self.cfg.split,
+                        "revision": self.cfg.hub_revision, "commit": self.commit()}}
+
+    def documents(self) -> Iterator[Document]:
+        import datasets
+
+        cfg = self.cfg
+        commit = self.commit()
+        pinned = {"revision": commit} if commit else {}  # no revision argument at all offline, as before
+        try:
+            stream = datasets.load_dataset(cfg.hub_path, cfg.hub_name, split=cfg.split, streaming=cfg.streaming,
+                                           **pinned)
+        except Exception as error:  # offline, unknown name, no such split: the hub client's own message says which
+            raise CrammingError(f"cannot load {self.where}: {type(error).__name__}: {error}") from None
+        yield from split_records(stream.iter(batch_size=READ_BATCH_ROWS), cfg.text_column, self.where)

@@ -1,0 +1,52 @@
+"""Preparation's progress: one tqdm bar on stderr, measured against whatever bounds the work, so it has an ETA.
+
+    data.max_tokens set      tokens packed, of the cap
+    data.max_documents set   documents read, of the cap
+    size known up front      characters read (≈ bytes of English text), of the files' size
+    otherwise (a hub stream) documents read and their rate, with the tokens packed so far beside them
+
+Reading runs in a thread of its own (cramming.data.prepare), so `read` and `packed` come from two threads;
+each counter has one writer.
+"""
+
+from tqdm import tqdm
+
+from cramming.data.config import DataConfig
+
+
+class PreparationProgress:
+    def __init__(self, cfg: DataConfig, total_bytes: int | None, num_sources: int = 1):
+        if cfg.max_tokens is not None:
+            self.measure, total, unit = "tokens", cfg.max_tokens, " tokens"
+        elif cfg.max_documents is not None:
+            self.measure, total, unit = "documents", cfg.max_documents, " documents"
+        elif total_bytes is not None:
+            self.measure, total, unit = "bytes", total_bytes, "B"
+        else:
+            self.measure, total, unit = "documents", None, " documents"
+        self.bar = tqdm(total=total, unit=unit, unit_scale=self.measure != "documents", desc="tokenizing",
+                        mininterval=1.0)
+        self.bytes = 0  # characters of the documents read, ≈ bytes (not counting blank lines between them)
+        self.read_per_source = [0] * num_sources
+        self.tokens = 0
+
+    def read(self, origin: int, document: list[str]) -> None:
+        """A document was read (reader thread)."""
+        chars = sum(map(len, document)) + len(document)
+        self.bytes += chars
+        self.read_per_source[origin] += 1
+        if self.measure == "bytes":
+            self.bar.update(chars)
+        elif self.measure == "documents":
+            self.bar.update(1)
+
+    def packed(self, tokens: int) -> None:
+        """Tokens went into the rows (main thread)."""
+        self.tokens += tokens
+        if self.measure == "tokens":
+            self.bar.update(tokens)
+        elif self.bar.total is None:
+            self.bar.set_postfix_str(f"{self.tokens:,} tokens", refresh=False)
+
+    def close(self) -> None:
+        self.bar.close()

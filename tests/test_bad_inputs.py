@@ -165,6 +165,7 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("pretrain", [*TINY, "train.optim.name=muon", "train.optim.momentum=1.5"],
      "train.optim.momentum=1.5 must be in [0, 1)"),
     ("pretrain", [*TINY, "train.max_nonfinite_steps=0"], "train.max_nonfinite_steps=0 must be at least 1"),
+    ("pretrain", [*TINY, "train.check_nonfinite_every=0"], "train.check_nonfinite_every=0 must be at least 1"),
     ("pretrain", [*TINY, "train.distill.teacher=/no/teacher"], "train.distill.teacher=/no/teacher: no such directory"),
     ("pretrain", [*TINY, "train.distill.alpha=1.5"], "train.distill.alpha=1.5 must be in [0, 1]"),
     ("pretrain", [*TINY, "train.sparsity.method=random"],

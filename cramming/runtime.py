@@ -10,8 +10,10 @@ import os
 from dataclasses import dataclass
 
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 
+from cramming import CONFIG_DIR
 from cramming.errors import CrammingError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -135,6 +137,14 @@ def build_optimizer(model: nn.Module, *, lr: float, betas, eps: float, weight_de
     """
     groups = parameter_groups(model, weight_decay, decay_embeddings)
     return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, fused=fused, foreach=not fused)
+
+
+def recipe_adamw(model: nn.Module, *, fused: bool = True) -> torch.optim.AdamW:
+    """The crammed recipe's AdamW, its values read from configs/optim/adamw.yaml (the file pretraining's
+    defaults come from), for the steps that time the recipe: the benchmark and the calculator."""
+    values = OmegaConf.load(CONFIG_DIR / "optim" / "adamw.yaml")
+    return build_optimizer(model, lr=values.lr, betas=values.betas, eps=values.eps,
+                           weight_decay=values.weight_decay, fused=fused)
 
 
 def parameter_groups(model: nn.Module, weight_decay: float, decay_embeddings: bool = True) -> list[dict]:

@@ -1,7 +1,9 @@
-"""A training step of a model on a fixed synthetic batch, timed: forward, backward, (clipping,) AdamW.
+"""A training step of a model on a fixed synthetic batch, timed: forward, backward, the gradient norm (and
+clipping), the non-finite check and the update.
 
-The same precision policy and optimizer as the trainer (cramming.runtime), without data loading: what
-the benchmark compares, the calculator's speed fit measures and its `check` verifies.
+The trainer's own step mechanics (cramming.gradient_step) with its precision policy and the recipe's AdamW
+(cramming.runtime), without data loading: what the benchmark compares, the calculator's speed fit measures
+and its `check` verifies.
 """
 
 import time
@@ -12,7 +14,8 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from cramming.data.mlm import synthetic_mlm_batch
 from cramming.model import ModelConfig, build_mlm_model
-from cramming.runtime import Precision, build_optimizer, prepare_device, resolve_device
+from cramming.gradient_step import apply_update, backward, gradient_finite, gradient_norm
+from cramming.runtime import Precision, prepare_device, recipe_adamw, resolve_device
 
 
 def tensor_bytes(tensor: torch.Tensor) -> int:
@@ -29,12 +32,12 @@ class TimedStep:
     def __init__(self, model: torch.nn.Module, batch: dict, precision: Precision, device: torch.device, *,
                  grad_clip: float | None = None, fused_adamw: bool = True,
                  optimizer: torch.optim.Optimizer | None = None):
-        """optimizer: None builds the recipe's AdamW over the model's parameters."""
+        """grad_clip: the max gradient norm (None: measured, not clipped, as the trainer does for its metrics);
+        optimizer: None builds the recipe's AdamW over the model's parameters."""
         self.model = model.to(device).train()
         self.batch = {key: value.to(device) for key, value in batch.items()}
         self.precision, self.device, self.grad_clip = precision, device, grad_clip
-        self.optimizer = optimizer or build_optimizer(self.model, lr=1e-3, betas=(0.9, 0.98), eps=1e-12,
-                                                      weight_decay=0.01, fused=fused_adamw)
+        self.optimizer = optimizer or recipe_adamw(self.model, fused=fused_adamw)
         self.scaler = precision.grad_scaler()
         self.peak_bytes = 0  # on CUDA: this model's weights and optimizer state plus what its step allocates
 
@@ -47,16 +50,10 @@ class TimedStep:
         return sum(tensor_bytes(t) for t in tensors if t.device == self.device)
 
     def run(self) -> None:
-        """One training step, untimed: forward, backward, (clipping,) the optimizer."""
-        with self.precision.autocast():
-            loss = self.model(**self.batch).loss
-        self.scaler.scale(loss).backward()
-        if self.grad_clip:
-            self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
+        """One training step, untimed, as the trainer's (cramming.train.step) on one microbatch."""
+        loss = backward(self.model, self.batch, self.precision, self.scaler)
+        norm = gradient_norm(self.optimizer, self.scaler, self.model.parameters(), self.grad_clip)
+        apply_update(self.optimizer, self.scaler, torch.isfinite(loss) & gradient_finite(norm, self.scaler))
 
     def executed_flops(self) -> float:
         """FLOPs one forward and backward pass executes, counted by torch's FlopCounterMode on the eager
@@ -65,9 +62,7 @@ class TimedStep:
 
         model = getattr(self.model, "_orig_mod", self.model)  # the counter sees eager operators only
         with FlopCounterMode(display=False) as counter:
-            with self.precision.autocast():
-                loss = model(**self.batch).loss
-            loss.backward()
+            backward(model, self.batch, self.precision, self.scaler)
         model.zero_grad(set_to_none=True)
         return float(counter.get_total_flops())
 

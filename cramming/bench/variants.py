@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from cramming.bench.timing import TimedStep
 from cramming.errors import CrammingError
 from cramming.model import ModelConfig, build_mlm_model
-from cramming.runtime import Precision, build_optimizer
+from cramming.runtime import Precision, recipe_adamw
 
 VARIANTS = ("fp8", "adamw8bit", "offload", "activation-checkpointing")
 CUDA_ONLY = ("adamw8bit", "offload")
@@ -67,6 +67,5 @@ def variant_step(name: str, arch: ModelConfig, vocab_size: int, batch: dict, pre
         optim = OmegaConf.create({**optimizer_defaults("adamw8bit"), "decay_embeddings": True})
         optimizer = build_pretraining_optimizer(model, OmegaConf.merge(optim, {"name": "adamw8bit"}))
     if name == "offload":
-        optimizer = offload(build_optimizer(model, lr=1e-3, betas=(0.9, 0.98), eps=1e-12, weight_decay=0.01,
-                                            fused=fused_adamw))
+        optimizer = offload(recipe_adamw(model, fused=fused_adamw))
     return TimedStep(model, batch, precision, device, fused_adamw=fused_adamw, optimizer=optimizer)

@@ -11,6 +11,7 @@ from cramming.errors import CrammingError
 from cramming.eval import metrics
 from cramming.eval.batching import EncodedSplit, collate, evaluation_batches, training_batches
 from cramming.eval.config import GlueConfig
+from cramming.gradient_step import apply_update, backward
 from cramming.runtime import Precision, build_optimizer, lr_multiplier
 
 log = logging.getLogger(__name__)
@@ -47,14 +48,10 @@ def finetune(
         batches = training_batches(train, cfg.batch_size, generator, cfg.length_bucketing)
         for indices in batches:
             batch = _to_device(collate(train, indices, pad_id), device)
-            with precision.autocast():
-                loss = classifier(**batch).loss
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
+            loss = backward(classifier, batch, precision, scaler)
+            apply_update(optimizer, scaler)  # no clipping and no skip: the GLUE protocol's plain AdamW
             scheduler.step()
-            loss_sum += loss.detach().float()
+            loss_sum += loss.float()
         train_loss = (loss_sum / len(batches)).item()
         scores = {
             name: evaluate(classifier, split, name, cfg.eval_batch_size, device, precision, pad_id)

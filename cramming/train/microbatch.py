@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 from cramming.data.mlm import synthetic_mlm_batch
 from cramming.errors import CrammingError
 from cramming.files import read_json_object, write_atomically
+from cramming.gradient_step import backward
 from cramming.runtime import Precision
 from cramming.train.distributed import Distributed
 from cramming.train.settings import Settings
@@ -125,14 +126,14 @@ def cuda_step(model: torch.nn.Module, seq_length: int, vocab_size: int, mlm_rate
     not stepped and the gradients are dropped, so the trial leaves the model as it found it.
     """
 
+    scaler = precision.grad_scaler()
+
     def step(n: int) -> int:
         device = next(model.parameters()).device
         batch = {key: value.to(device) for key, value in synthetic_mlm_batch(n, seq_length, vocab_size, mlm_rate).items()}
         torch.cuda.reset_peak_memory_stats(device)
         try:
-            with precision.autocast():
-                loss = model(**batch).loss
-            loss.backward()
+            backward(model, batch, precision, scaler)
             torch.cuda.synchronize(device)
             return torch.cuda.max_memory_allocated(device) + extra_bytes
         finally:

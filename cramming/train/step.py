@@ -6,6 +6,7 @@ import time
 import torch
 
 from cramming.data.stream import SAMPLE_KEYS
+from cramming.gradient_step import apply_update, backward, gradient_finite, gradient_norm
 from cramming.runtime import Precision
 from cramming.train.callbacks import CallbackList
 from cramming.train.distributed import Distributed
@@ -78,11 +79,10 @@ class TrainStep:
         loss / accumulate. Ranks synchronize gradients on the last."""
         sync = contextlib.nullcontext() if last or not self.dist.enabled else self.network.no_sync()
         with sync:
-            with self.precision.autocast():
-                output = self.network(**{key: value for key, value in batch.items() if key not in SAMPLE_KEYS})
-            loss = self.callbacks.after_forward(state, batch, output.loss, output)
-            self.scaler.scale(loss / state.accumulate).backward()
-        return loss.detach() / state.accumulate
+            loss = backward(self.network, {key: value for key, value in batch.items() if key not in SAMPLE_KEYS},
+                            self.precision, self.scaler, divisor=state.accumulate,
+                            on_output=lambda output: self.callbacks.after_forward(state, batch, output.loss, output))
+        return loss / state.accumulate
 
     def _rescale_gradients(self, state: TrainState, done: int) -> None:
         """Fewer microbatches than planned ran: their gradients as a mean over those. The last ran under
@@ -95,28 +95,13 @@ class TrainStep:
     def _apply(self, state: TrainState, step_loss: torch.Tensor) -> None:
         """Unscale, clip and update. A non-finite loss or gradient norm leaves the weights and the optimizer
         state as they were; it is counted on the device and read every few steps (cramming.train.nonfinite)."""
-        optimizer = state.optimizer
-        self.scaler.unscale_(optimizer)
         # The norm before clipping, for the metrics record (left on the device: reading it would wait).
-        state.grad_norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), self.grad_clip or float("inf"))
+        state.grad_norm = gradient_norm(state.optimizer, self.scaler, state.model.parameters(), self.grad_clip)
         # A finite loss can still have non-finite gradients (weights near overflow): the update would write NaN
-        # into the weights. Under fp16 the loss scaler skips such a step itself and lowers its scale, as it
-        # routinely does: only a non-finite loss counts there.
-        gradient_finite = torch.isfinite(state.grad_norm) | self.scaler.is_enabled()
-        state.step_finite = state.nonfinite.observe(torch.isfinite(step_loss), gradient_finite, state.progress.step + 1)
-        # torch's fused optimizers (the default AdamW) skip their update on the device where `found_inf` is 1,
-        # as GradScaler drives them; for the others the host reads the flag, waiting for the step.
-        skips_on_device = getattr(optimizer, "_step_supports_amp_scaling", False)
-        if not skips_on_device and not state.step_finite:
-            optimizer.zero_grad(set_to_none=True)
-            return
-        self.callbacks.before_optimizer_step(state)
-        if skips_on_device and not self.scaler.is_enabled():  # an enabled scaler sets found_inf itself
-            optimizer.found_inf = (~state.step_finite).float()
-            optimizer.step()
-            del optimizer.found_inf
-        else:
-            self.scaler.step(optimizer)
-        self.scaler.update()
-        self.callbacks.after_optimizer_step(state)
-        optimizer.zero_grad(set_to_none=True)
+        # into the weights.
+        state.step_finite = state.nonfinite.observe(torch.isfinite(step_loss),
+                                                    gradient_finite(state.grad_norm, self.scaler),
+                                                    state.progress.step + 1)
+        apply_update(state.optimizer, self.scaler, state.step_finite,
+                     before=lambda: self.callbacks.before_optimizer_step(state),
+                     after=lambda: self.callbacks.after_optimizer_step(state))

@@ -20,8 +20,8 @@ from cramming.errors import CrammingError
 from cramming.library_noise import without_load_report
 from cramming.eval.parameter_efficient import LoraSettings
 from cramming.model.checkpoint import build_classifier_from_pretrained, read_config, save_pretrained
-from cramming.model.crammed_bert import init_module
 from cramming.model.export import export_to_transformers
+from cramming.model.initialization import init_module
 
 log = logging.getLogger(__name__)
 HF_PREFIX = "hf:"

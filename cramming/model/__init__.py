@@ -1,4 +1,5 @@
-"""The crammed BERT model (crammed_bert.py, top to bottom), its arch config, builders and FLOPs.
+"""The crammed BERT model (crammed_bert.py from the top; layers.py, unpadded.py, initialization.py), its arch
+config, builders and FLOPs.
 
 Checkpoint directories: cramming.model.checkpoint; export to transformers: cramming.model.export (the only
 part that imports transformers, so commands that do not export do not pay for importing it).

@@ -21,7 +21,7 @@ _CHOICES = {
     "positions": ("scaled-sinusoidal", "learned"),
     "init_scheme": ("normal", "scaled", "small", "rezero", "skipinit", "tfixup", "deepnorm"),
 }
-# The norm_scheme an init_scheme is made for, and why (see crammed_bert.Layer)
+# The norm_scheme an init_scheme is made for, and why (see layers.Layer)
 _NORM_SCHEME_OF = {
     "rezero": ("none", "trains without LayerNorms"),
     "tfixup": ("none", "trains without LayerNorms"),

@@ -1,6 +1,6 @@
 """`transformers` config of an exported crammed model: the keys of ModelConfig plus vocab_size.
 
-Part of the export's remote code (`trust_remote_code=True`): imports transformers and crammed_bert.py only.
+Part of the export's remote code (`trust_remote_code=True`): imports transformers and the model's files only.
 """
 
 import dataclasses
@@ -8,6 +8,10 @@ import dataclasses
 from transformers import PretrainedConfig
 
 from .crammed_bert import ModelConfig
+# transformers 5.0 copies from a local export folder only the files that this file imports, not the files
+# those import (fixed by huggingface/transformers#46022): so every model file it needs is imported here.
+from .layers import Layer  # noqa: F401
+from .unpadded import Unpadded  # noqa: F401
 
 ARCH_KEYS = {field.name: field.default for field in dataclasses.fields(ModelConfig) if field.name != "name"}
 

@@ -2,8 +2,8 @@
 
 The BERT layout (post-LN, GELU FFN, biases, learned positions, head transform, no final norm) maps onto the
 native BertForMaskedLM / BertForSequenceClassification. Any other layout, crammed-bert included, is written
-as remote code: the training model's own file (crammed_bert.py) and its transformers wrappers next to
-config.json, loaded with `trust_remote_code=True`.
+as remote code: the training model's own files (crammed_bert.py, layers.py, unpadded.py, initialization.py)
+and its transformers wrappers next to config.json, loaded with `trust_remote_code=True`.
 """
 
 import json
@@ -16,12 +16,15 @@ from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassificat
 
 from ..data.tokenizer import as_transformers_tokenizer
 from ..errors import CrammingError
-from . import configuration_crammed_bert, crammed_bert, modeling_crammed_bert
+from . import configuration_crammed_bert, crammed_bert, initialization, layers, modeling_crammed_bert
+from . import unpadded
 from .checkpoint import load_pretrained
 from .configuration_crammed_bert import CrammedBertConfig
 from .crammed_bert import CrammedForMaskedLM
 
-REMOTE_CODE = (modeling_crammed_bert, configuration_crammed_bert, crammed_bert)  # torch + transformers only
+# torch + transformers only; the model's files import one another relatively (from .layers import ...)
+REMOTE_CODE = (modeling_crammed_bert, configuration_crammed_bert, crammed_bert, layers, unpadded,
+               initialization)
 
 
 def export_to_transformers(directory_in: str | os.PathLike, directory_out: str | os.PathLike) -> None:

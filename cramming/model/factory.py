@@ -2,7 +2,8 @@
 
 from ..errors import CrammingError
 from .config import as_model_config
-from .crammed_bert import CrammedForMaskedLM, CrammedForSequenceClassification, init_weights
+from .crammed_bert import CrammedForMaskedLM, CrammedForSequenceClassification
+from .initialization import init_weights
 
 
 def build_mlm_model(cfg, vocab_size: int) -> CrammedForMaskedLM:

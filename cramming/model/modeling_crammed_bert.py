@@ -2,8 +2,9 @@
 `AutoModel` (hidden states), `AutoModelFor{MaskedLM, SequenceClassification, TokenClassification,
 QuestionAnswering, MultipleChoice}.from_pretrained(dir, trust_remote_code=True)`.
 
-The export copies this file with configuration_crammed_bert.py and crammed_bert.py, so an exported model
-runs the code that trained it: the same forward, [CLS] head and initialization (`init_module`). Every class
+The export copies this file with configuration_crammed_bert.py and the model's files (crammed_bert.py,
+layers.py, unpadded.py, initialization.py), so an exported model runs the code that trained it: the same
+forward, [CLS] head and initialization (`init_module`). Every class
 keeps the encoder at `crammed.bert`, so any of them loads the encoder of any export; a head the export
 lacks starts from the training initialization. Written against the API that transformers 4.50+ and 5.x
 share.
@@ -28,8 +29,12 @@ from .crammed_bert import (
     CrammedForMaskedLM,
     CrammedForSequenceClassification,
     Encoder,
-    init_module,
 )
+from .initialization import init_module
+# transformers 5.0 copies from a local export folder only the files that this file imports, not the files
+# those import (fixed by huggingface/transformers#46022): so every model file it needs is imported here.
+from .layers import Layer  # noqa: F401
+from .unpadded import Unpadded  # noqa: F401
 
 
 class CrammedBertPreTrainedModel(PreTrainedModel):

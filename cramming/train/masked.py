@@ -4,7 +4,7 @@ model predicted every position (B, T) or, with sparse prediction, only the maske
 
 import torch
 
-from cramming.model.crammed_bert import gather_rows
+from cramming.model.layers import gather_rows
 
 
 def labels_at_logits(batch: dict, logits: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer
+from transformers.dynamic_module_utils import get_relative_import_files, get_relative_imports
 
 from cramming.errors import CrammingError
 from cramming.model import build_classifier, build_mlm_model
@@ -113,8 +114,19 @@ def test_the_remote_code_is_the_training_model_file(tmp_path, tokenizer):
     save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), len(tokenizer)), tmp_path / "ckpt", tokenizer)
     export_to_transformers(tmp_path / "ckpt", tmp_path / "hf")
     python_files = {path.name for path in (tmp_path / "hf").glob("*.py")}
-    assert python_files == {"crammed_bert.py", "configuration_crammed_bert.py", "modeling_crammed_bert.py"}
-    assert (tmp_path / "hf" / "crammed_bert.py").read_text() == (CRAMMING / "model" / "crammed_bert.py").read_text()
+    model_files = {"crammed_bert.py", "layers.py", "unpadded.py", "initialization.py"}
+    assert python_files == model_files | {"configuration_crammed_bert.py", "modeling_crammed_bert.py"}
+    for name in python_files:
+        assert (tmp_path / "hf" / name).read_text() == (CRAMMING / "model" / name).read_text()
+
+
+@pytest.mark.parametrize("entry", ["configuration_crammed_bert.py", "modeling_crammed_bert.py"])
+def test_each_remote_code_entry_imports_every_model_file_it_needs(entry):
+    """transformers 5.0 copies from a local export folder only the files an auto_map entry imports itself,
+    not the files those import: an import of an import would be missing there."""
+    path = CRAMMING / "model" / entry
+    needed = {Path(file).stem for file in get_relative_import_files(path)}
+    assert set(get_relative_imports(path)) == needed
 
 
 def test_a_foreign_tokenizer_auto_map_is_not_carried_into_the_export(tmp_path, tokenizer):

@@ -76,5 +76,6 @@ def test_push_to_hub_uploads_the_checked_folder(tmp_path, tokenizer, monkeypatch
     export.main()
     assert calls[0] == ("create", "someone/my-cram", {"exist_ok": True})
     assert calls[1][:2] == ("upload", "someone/my-cram")
-    assert {"config.json", "model.safetensors", "tokenizer.json", "crammed_bert.py"} <= set(calls[1][2])
+    model_files = {"crammed_bert.py", "layers.py", "unpadded.py", "initialization.py"}
+    assert {"config.json", "model.safetensors", "tokenizer.json", *model_files} <= set(calls[1][2])
     assert "uploaded to https://huggingface.co/someone/my-cram/commit/abc" in capsys.readouterr().out

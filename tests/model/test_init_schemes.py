@@ -9,7 +9,7 @@ import torch
 import torch.utils.checkpoint
 
 from cramming.model import build_mlm_model
-from cramming.model.crammed_bert import SMALL_INIT
+from cramming.model.initialization import SMALL_INIT
 
 from .conftest import SCHEMES, arch_config, mlm_batch
 

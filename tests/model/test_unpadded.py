@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from cramming.model import build_classifier, build_mlm_model
-from cramming.model.crammed_bert import Encoder, Unpadded
+from cramming.model.crammed_bert import Encoder
+from cramming.model.unpadded import Unpadded
 
 from .conftest import arch_config
 

@@ -32,8 +32,11 @@ class TrainStep:
         self.callbacks, self.stopping = callbacks, stopping
         self.grad_clip = train_cfg.optim.grad_clip
         # Host seconds inside run() and, within it, waiting for batches: this process, from its second step
-        # on (the first compiles and warms up), and the first step's own.
-        self.timing = {"steps": 0, "step_s": 0.0, "data_s": 0.0, "first_step_s": 0.0}
+        # on (the first compiles and warms up), and the first step's own; window_s: host seconds from the end
+        # of the first step to the end of the latest, the clock's pauses (validation) left out. All wall time,
+        # never the budget clock's (which a test may simulate), so the shares compare like with like.
+        self.timing = {"steps": 0, "step_s": 0.0, "data_s": 0.0, "first_step_s": 0.0, "window_s": 0.0}
+        self._first_ended = (0.0, 0.0)  # when the first step ended, and the clock's paused seconds then
         self.data_wait = 0.0  # in the current step
         self.batches: list[dict] = []  # the current step's microbatches, on the device, if keeps_batches
 
@@ -42,13 +45,16 @@ class TrainStep:
         started, self.data_wait = time.perf_counter(), 0.0
         state.step_loss, state.step_microbatches = self._accumulate(state)
         self._apply(state, state.step_loss)
-        seconds = time.perf_counter() - started
+        ended = time.perf_counter()
         self.timing["steps"] += 1
         if self.timing["steps"] == 1:
-            self.timing["first_step_s"] = seconds
+            self.timing["first_step_s"] = ended - started
+            self._first_ended = (ended, state.clock.paused_seconds)
         else:
-            self.timing["step_s"] += seconds
+            self.timing["step_s"] += ended - started
             self.timing["data_s"] += self.data_wait
+            first_ended, paused_then = self._first_ended
+            self.timing["window_s"] = ended - first_ended - (state.clock.paused_seconds - paused_then)
 
     def _budget_ran_out(self, device: torch.device) -> bool:
         return self.stopping.progress == "budget" and self.dist.any(self.stopping.clock.expired(), device)

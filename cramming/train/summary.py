@@ -63,11 +63,11 @@ def validation_summary(records: list[dict], held_out_rows: int, seconds: float, 
     }
 
 
-def time_shares(timing: dict, session_training_s: float) -> dict | None:
+def time_shares(timing: dict) -> dict | None:
     """Where this process's training time went after its first step: inside the step (forward, backward,
     optimizer), waiting for data, and around the step (logging, telemetry, checkpoints, callbacks, the
     clock). Host time: on a GPU, work the host does not wait for shows up where it next waits."""
-    window = session_training_s - timing["first_step_s"]
+    window = timing["window_s"]
     if timing["steps"] < 2 or window <= 0:
         return None
     compute = timing["step_s"] - timing["data_s"]
@@ -154,7 +154,7 @@ def build_summary(facts: RunFacts) -> dict:
         "nonfinite_skipped": progress["nonfinite_total"],
         "training_s": round(elapsed, 3),  # on the budget clock, earlier runs of a resumed training included
         "compile_s": round(compiled, 3) if compiled is not None else None,  # estimate, this process only
-        "time_shares": time_shares(step_timing, facts.session_training_s) if step_timing else None,
+        "time_shares": time_shares(step_timing) if step_timing else None,
         "outside_training_s": round(facts.session_wall_s - facts.session_training_s, 3),  # this process: data, search, setup
         "lost_to_crashes_s": round(progress["lost_to_crashes"], 3),  # charged on resumes (heartbeat.json)
         "peak_memory_gb": round(facts.peak_memory, 3),

@@ -21,9 +21,10 @@ def test_compile_time_is_the_first_steps_excess_over_later_microbatches():
 def test_time_shares_leave_out_the_first_step():
     from cramming.train.summary import time_shares
 
-    timing = {"steps": 3, "step_s": 8.0, "data_s": 1.0, "first_step_s": 5.0}  # 15 s of training this session
-    assert time_shares(timing, 15.0) == {"step": 0.7, "data": 0.1, "around": 0.2, "seconds": 10.0}
-    assert time_shares({**timing, "steps": 1}, 15.0) is None  # nothing after the first step
+    # 15 s of training this session: the first step's 5 s, then 10 s of which 8 in steps 2 and 3
+    timing = {"steps": 3, "step_s": 8.0, "data_s": 1.0, "first_step_s": 5.0, "window_s": 10.0}
+    assert time_shares(timing) == {"step": 0.7, "data": 0.1, "around": 0.2, "seconds": 10.0}
+    assert time_shares({**timing, "steps": 1, "window_s": 0.0}) is None  # nothing after the first step
 
 
 def test_the_steady_rate_leaves_out_the_first_records_compilation():

@@ -8,7 +8,7 @@ and on "\\n" only, so every file yields exactly its official number of rows.
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from cramming.errors import CrammingError
 
@@ -252,22 +252,33 @@ def load_task(task: GlueTask, data_dir: Optional[str], max_malformed_fraction: f
 
     Raises GlueDataMissing when the training data or every evaluation split is absent.
     """
+    evaluations = [(split.name, split.tsv_file, split.hub_split) for split in task.eval_splits]
+    return load_splits(task, data_dir, "train.tsv", evaluations,
+                       lambda path: read_tsv_split(path, task, max_malformed_fraction),
+                       lambda hub_split: load_hub_split(task, hub_split))
 
-    def read(file: str, hub_split: str) -> GlueSplit:
+
+def load_splits(task, data_dir: Optional[str], train_file: str, eval_splits: list[tuple[str, str, str]],
+                read_file: Callable[[Path], Any], read_hub: Callable[[str], Any]) -> GlueTaskData:
+    """A task's train split and every available evaluation split (name, file, hub split): from the files in
+    `<data_dir>/<task.folder>/` (read_file), or from the hub without a data_dir (read_hub). GLUE's tasks and
+    SWAG load this way. Raises GlueDataMissing when the training data or every evaluation split is absent."""
+
+    def read(file: str, hub_split: str):
         if data_dir is None:
-            return load_hub_split(task, hub_split)
+            return read_hub(hub_split)
         path = Path(data_dir) / task.folder / file
         if not path.is_file():
             raise GlueDataMissing(f"{path} not found")
-        return read_tsv_split(path, task, max_malformed_fraction)
+        return read_file(path)
 
-    train = read("train.tsv", "train")
+    train = read(train_file, "train")
     evaluations, missing = {}, {}
-    for split in task.eval_splits:
+    for name, file, hub_split in eval_splits:
         try:
-            evaluations[split.name] = read(split.tsv_file, split.hub_split)
+            evaluations[name] = read(file, hub_split)
         except GlueDataMissing as reason:
-            missing[split.name] = str(reason)
+            missing[name] = str(reason)
     if not evaluations:
         raise GlueDataMissing("; ".join(missing.values()))
     return GlueTaskData(task, train, evaluations, missing)

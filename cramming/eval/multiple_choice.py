@@ -24,7 +24,7 @@ from transformers.modeling_outputs import MultipleChoiceModelOutput
 
 from cramming.errors import CrammingError
 from cramming.eval.batching import EncodedSplit
-from cramming.eval.data import GlueDataMissing, GlueTaskData, check_malformed
+from cramming.eval.data import GlueDataMissing, GlueTaskData, check_malformed, load_splits
 
 
 HUB_PATH, HUB_CONFIG = "allenai/swag", "regular"
@@ -142,17 +142,10 @@ def load_task(task: ChoiceTask, data_dir: Optional[str], max_malformed_fraction:
 
     Raises GlueDataMissing when the training data or the validation split is absent.
     """
-    def read(file: str, hub_split: str) -> ChoiceSplit:
-        if data_dir is None:
-            return load_hub_split(task, hub_split)
-        path = Path(data_dir) / task.folder / file
-        if not path.is_file():
-            raise GlueDataMissing(f"{path} not found")
-        return read_csv_split(path, max_malformed_fraction)
-
-    train = read("train.csv", "train")
-    evaluations = {split.name: read(split.file, split.hub_split) for split in task.eval_splits}
-    return GlueTaskData(task, train, evaluations, {})
+    evaluations = [(split.name, split.file, split.hub_split) for split in task.eval_splits]
+    return load_splits(task, data_dir, "train.csv", evaluations,
+                       lambda path: read_csv_split(path, max_malformed_fraction),
+                       lambda hub_split: load_hub_split(task, hub_split))
 
 
 def encode_split(split: ChoiceSplit, tokenizer: PreTrainedTokenizerBase, max_length: int) -> EncodedSplit:

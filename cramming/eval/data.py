@@ -20,10 +20,10 @@ SCORE_RANGE = (0.0, 5.0)  # STS-B: the mean of annotators' 0-5 similarity rating
 
 @dataclass(frozen=True)
 class EvalSplit:
-    """One scored evaluation set of a task (MNLI has two: matched and mismatched)."""
+    """One scored evaluation set of a task (MNLI has two: matched and mismatched; SWAG's is its validation)."""
 
     name: str  # the name its scores are reported under
-    tsv_file: str
+    file: str  # in the task's folder of the data directory
     hub_split: str
 
 
@@ -252,15 +252,14 @@ def load_task(task: GlueTask, data_dir: Optional[str], max_malformed_fraction: f
 
     Raises GlueDataMissing when the training data or every evaluation split is absent.
     """
-    evaluations = [(split.name, split.tsv_file, split.hub_split) for split in task.eval_splits]
-    return load_splits(task, data_dir, "train.tsv", evaluations,
+    return load_splits(task, data_dir, "train.tsv",
                        lambda path: read_tsv_split(path, task, max_malformed_fraction),
                        lambda hub_split: load_hub_split(task, hub_split))
 
 
-def load_splits(task, data_dir: Optional[str], train_file: str, eval_splits: list[tuple[str, str, str]],
-                read_file: Callable[[Path], Any], read_hub: Callable[[str], Any]) -> GlueTaskData:
-    """A task's train split and every available evaluation split (name, file, hub split): from the files in
+def load_splits(task, data_dir: Optional[str], train_file: str, read_file: Callable[[Path], Any],
+                read_hub: Callable[[str], Any]) -> GlueTaskData:
+    """A task's train split and every available one of its eval_splits: from the files in
     `<data_dir>/<task.folder>/` (read_file), or from the hub without a data_dir (read_hub). GLUE's tasks and
     SWAG load this way. Raises GlueDataMissing when the training data or every evaluation split is absent."""
 
@@ -274,11 +273,11 @@ def load_splits(task, data_dir: Optional[str], train_file: str, eval_splits: lis
 
     train = read(train_file, "train")
     evaluations, missing = {}, {}
-    for name, file, hub_split in eval_splits:
+    for split in task.eval_splits:
         try:
-            evaluations[name] = read(file, hub_split)
+            evaluations[split.name] = read(split.file, split.hub_split)
         except GlueDataMissing as reason:
-            missing[name] = str(reason)
+            missing[split.name] = str(reason)
     if not evaluations:
         raise GlueDataMissing("; ".join(missing.values()))
     return GlueTaskData(task, train, evaluations, missing)

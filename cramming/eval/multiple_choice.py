@@ -24,7 +24,7 @@ from transformers.modeling_outputs import MultipleChoiceModelOutput
 
 from cramming.errors import CrammingError
 from cramming.eval.batching import EncodedSplit
-from cramming.eval.data import GlueDataMissing, GlueTaskData, check_malformed, load_splits
+from cramming.eval.data import EvalSplit, GlueDataMissing, GlueTaskData, check_malformed, load_splits
 
 
 HUB_PATH, HUB_CONFIG = "allenai/swag", "regular"
@@ -32,13 +32,6 @@ FOLDER = "SWAG"
 CHOICES = 4
 ENDINGS = tuple(f"ending{k}" for k in range(CHOICES))
 COLUMNS = ("sent1", "sent2", *ENDINGS, "label")  # of the official CSV header (it has more: video-id, ...)
-
-
-@dataclass(frozen=True)
-class EvalSplit:
-    name: str  # the name its scores are reported under
-    file: str
-    hub_split: str
 
 
 @dataclass(frozen=True)
@@ -142,8 +135,7 @@ def load_task(task: ChoiceTask, data_dir: Optional[str], max_malformed_fraction:
 
     Raises GlueDataMissing when the training data or the validation split is absent.
     """
-    evaluations = [(split.name, split.file, split.hub_split) for split in task.eval_splits]
-    return load_splits(task, data_dir, "train.csv", evaluations,
+    return load_splits(task, data_dir, "train.csv",
                        lambda path: read_csv_split(path, max_malformed_fraction),
                        lambda hub_split: load_hub_split(task, hub_split))
 

@@ -130,3 +130,23 @@ def test_offload_optimizer_is_a_noop_on_cpu_with_one_notice(cache_dir, tmp_path,
     assert len(losses) == 3 and all(math.isfinite(loss) for loss in losses)
     assert (run_dir / "checkpoints/final/model.safetensors").is_file()
     assert OmegaConf.load(run_dir / "config.yaml").impl.offload_optimizer is True
+
+
+def test_offloading_gives_the_microbatch_search_the_moments_it_moves_off_the_gpu(monkeypatch):
+    """The search counts AdamW's two moments on the GPU for every run; on a GPU the offload technique takes
+    back those of each parameter torchao offloads (its minimal_size, which offload() passes explicitly)."""
+    import torchao.optim
+
+    from cramming.train.techniques.offload import MINIMAL_SIZE, OffloadOptimizer, offload
+
+    model = build_mlm_model(arch_config("crammed-bert-tiny"), 1000)
+    offloaded = [p for p in model.parameters() if p.numel() >= MINIMAL_SIZE]
+    assert 0 < len(offloaded) < len(list(model.parameters()))  # norms and scalars stay on the GPU
+    assert OffloadOptimizer(on_gpu=True).extra_memory(model) == -2 * sum(4 * p.numel() for p in offloaded)
+    assert OffloadOptimizer(on_gpu=False).extra_memory(model) == 0  # on the CPU nothing moves (and no search)
+
+    received = {}
+    monkeypatch.setattr(torchao.optim.CPUOffloadOptimizer, "__init__",
+                        lambda self, params, optimizer_class, **kwargs: received.update(kwargs))
+    offload(torch.optim.AdamW(model.parameters(), lr=1e-3))
+    assert received["minimal_size"] == MINIMAL_SIZE

@@ -20,6 +20,7 @@ log = logging.getLogger("pretrain")
 # Optimizers the offload wrapper may hold: those whose update reads only the parameter, its gradient and its
 # own state. sophia needs the wrapper to pass Hessian estimates on; adamw8bit's states would sit on the CPU.
 OFFLOADABLE = ("adamw", "lamb", "lion", "sgd-nesterov", "adafactor", "muon")
+MINIMAL_SIZE = 4096  # torchao's minimal_size: smaller parameters stay on the GPU, with their state
 
 
 def offload(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
@@ -48,7 +49,7 @@ def offload(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     accepted = inspect.signature(type(optimizer)).parameters  # defaults may hold keys the constructor lacks
     defaults = {key: value for key, value in optimizer.defaults.items() if key in accepted}
     groups = [dict(group) for group in optimizer.param_groups]  # each group keeps its own hyperparameters
-    return ClippedCPUOffloadOptimizer(groups, type(optimizer), **defaults)
+    return ClippedCPUOffloadOptimizer(groups, type(optimizer), minimal_size=MINIMAL_SIZE, **defaults)
 
 
 class OffloadOptimizer(Technique):
@@ -89,3 +90,10 @@ class OffloadOptimizer(Technique):
 
     def wrap_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         return offload(optimizer) if self.on_gpu else optimizer
+
+    def extra_memory(self, model: torch.nn.Module) -> int:
+        """Negative: the microbatch search counts AdamW's two moments on the GPU for every run, and here those
+        of every offloaded parameter live in CPU memory, so the search can give that room to activations."""
+        if not self.on_gpu:
+            return 0
+        return -2 * sum(p.numel() * p.element_size() for p in model.parameters() if p.numel() >= MINIMAL_SIZE)

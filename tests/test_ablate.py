@@ -78,3 +78,30 @@ def test_the_sweeps_later_rows_name_an_earlier_row_of_the_same_sweep(tmp_path):
         taught = compose("pretrain", overrides=[*sweep.base, *sweep.runs["student-taught"], "name=student-taught",
                                                 f"output_dir={tmp_path / 'runs'}"])
         assert taught.train.distill.teacher == str(tmp_path / "runs" / "teacher-4-layers")
+
+
+def test_every_run_of_every_shipped_sweep_composes_and_passes_the_checks_made_before_any_data():
+    """A typo in a sweep YAML (a key, a value out of range, two techniques that conflict) would otherwise show
+    only when its row's turn comes, possibly hours into the sweep."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from cramming.train.optimizers import resolve_optim
+    from cramming.train.settings import check_train_config
+    from cramming.train.techniques import check_techniques
+
+    names = sorted(path.stem for path in (REPO_ROOT / "configs" / "sweep").glob("*.yaml"))
+    assert {"smoke", "techniques", "ema", "optimizers"} <= set(names)
+    checked = 0
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base="1.3"):
+        for name in names:
+            sweep = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SweepConfig),
+                                                        compose("ablate", overrides=[f"sweep={name}"]).sweep))
+            check_sweep(name, sweep)
+            for label, overrides in sweep.runs.items():
+                run = compose("pretrain", overrides=[*sweep.base, *overrides, f"name={label}"])
+                resolve_optim(run)
+                check_train_config(run)
+                check_techniques(run)
+                checked += 1
+    assert checked >= 40

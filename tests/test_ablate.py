@@ -10,6 +10,7 @@ from matplotlib.image import imread
 
 from cramming.ablate.sweep import SweepConfig, check_sweep
 from cramming.errors import CrammingError
+from tests.commands import in_process
 from tests.conftest import REPO_ROOT, SHARED_DATA
 
 GLUE_DIR = SHARED_DATA / "glue"
@@ -41,7 +42,7 @@ def test_smoke_sweep_writes_the_table_and_the_plot_then_skips_finished_runs(shar
     assert imread(out / "loss_overlay.png").shape[0] > 100
 
     (out / "runs" / "wsd" / next((out / "runs" / "wsd").iterdir()).name / "summary.json").unlink()  # as if cut off
-    again = ablate("sweep=smoke", f"output_dir={out}")
+    again = in_process("ablate", "sweep=smoke", f"output_dir={out}")  # the first call is the real subprocess
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("finished before") + again.stderr.count("finished before") == 2
     assert len(list((out / "runs" / "wsd").iterdir())) == 1  # resumed in place, not a new run

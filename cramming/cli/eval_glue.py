@@ -10,18 +10,18 @@
 from hydra.core.hydra_config import HydraConfig
 
 from cramming.cli import hydra_command
-from cramming.eval.config import EvalGlueConfig  # registers the config schemas
+from cramming.eval.config import HF_PREFIX, EvalGlueConfig  # registers the config schemas
 from cramming.runs import resolve_checkpoint
 
 
 @hydra_command("eval_glue", EvalGlueConfig, directories=("output_dir",))
 def main(cfg: EvalGlueConfig) -> None:
-    from cramming.eval.run import run_glue
-
-    from cramming.eval.encoders import HF_PREFIX
-
     hub_or_folder = cfg.ckpt.startswith(HF_PREFIX)
     checkpoint = cfg.ckpt if hub_or_folder else resolve_checkpoint(cfg.ckpt, cfg.runs_dir, key="ckpt")
+    # after the checkpoint is found: the GLUE stack (transformers, scikit-learn, ...) takes seconds to import,
+    # and a missing or mistyped ckpt is one line without them
+    from cramming.eval.run import run_glue
+
     run_glue(cfg.eval, checkpoint, HydraConfig.get().runtime.output_dir)
 
 

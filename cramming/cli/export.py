@@ -43,13 +43,14 @@ ConfigStore.instance().store(name="export_schema", node=ExportConfig)
 
 @hydra_command("export", ExportConfig, directories=("out",))
 def main(cfg: ExportConfig) -> None:
-    from cramming.model.export import export_to_transformers
-
     if cfg.quantize is not None:
         return _quantize(cfg)
     if cfg.quantize_eval_task is not None or cfg.glue_dir is not None:
         raise CrammingError("quantize_eval_task and glue_dir score a quantized copy: add quantize=int8")
     checkpoint = resolve_checkpoint(cfg.ckpt, cfg.runs_dir, key="ckpt")
+    # after the checkpoint is found: transformers takes seconds to import, and a missing ckpt is one line without it
+    from cramming.model.export import export_to_transformers
+
     export_to_transformers(checkpoint, cfg.out)
     print(f"exported {checkpoint} to {cfg.out}")
     if cfg.push_to_hub:

@@ -4,12 +4,15 @@ pretrained one: cramming.data.pretrained_tokenizer)."""
 import json
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import PreTrainedTokenizerFast
 
 from cramming.data.config import NormalizeConfig, TokenizerConfig
 from cramming.errors import CrammingError
+
+if TYPE_CHECKING:  # transformers takes about a second to import: only where a tokenizer is wrapped for it
+    from transformers import PreTrainedTokenizerFast
 
 # Trainers add special tokens first and in this order, so the ids never depend on the corpus.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -131,7 +134,9 @@ def with_pair_template(tokenizer: Tokenizer) -> Tokenizer:
     return tokenizer
 
 
-def as_transformers_tokenizer(tokenizer: Tokenizer, model_max_length: int = 128) -> PreTrainedTokenizerFast:
+def as_transformers_tokenizer(tokenizer: Tokenizer, model_max_length: int = 128) -> "PreTrainedTokenizerFast":
+    from transformers import PreTrainedTokenizerFast
+
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         pad_token="[PAD]",

@@ -13,6 +13,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from cramming.errors import CrammingError
 
+HF_PREFIX = "hf:"  # ckpt=hf:<hub id or folder>: a transformers encoder, not one of our checkpoints
+
 DEFAULT_TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
 
 

@@ -18,13 +18,13 @@ from transformers import PreTrainedTokenizerBase
 
 from cramming.errors import CrammingError
 from cramming.library_noise import without_load_report
+from cramming.eval.config import HF_PREFIX  # noqa: F401  (where it was first; it lives in the light config module)
 from cramming.eval.parameter_efficient import LoraSettings
 from cramming.model.checkpoint import build_classifier_from_pretrained, read_config, save_pretrained
 from cramming.model.export import export_to_transformers
 from cramming.model.initialization import init_module
 
 log = logging.getLogger(__name__)
-HF_PREFIX = "hf:"
 # The names transformers configs give dropout; eval.dropout sets each one a config has (BERT: hidden and
 # attention; classifier_dropout=None would fall back to hidden, set too; ours: `dropout` covers all).
 DROPOUT_KEYS = ("dropout", "hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout")

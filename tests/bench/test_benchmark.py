@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.commands import in_process
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -67,15 +69,17 @@ def test_compile_counts_see_a_recompilation():
     assert compile_counts()["graphs_compiled"] == before + 2
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["benchmark.dtype=fp8"], "error: benchmark.dtype must be one of fp32, bf16, fp16, got 'fp8'"),
-    (["benchmark.compile_mode=max-autotune"], "error: benchmark.compile_mode=max-autotune needs benchmark.compile=true"),
+@pytest.mark.parametrize("overrides, message, real", [  # one as a real subprocess, the others through the same
+    # main() in this process (tests/commands.py)
+    (["benchmark.dtype=fp8"], "error: benchmark.dtype must be one of fp32, bf16, fp16, got 'fp8'", True),
+    (["benchmark.compile_mode=max-autotune"], "error: benchmark.compile_mode=max-autotune needs benchmark.compile=true",
+     False),
     (["benchmark.compile=true", "benchmark.compile_mode=fast"],
      "error: benchmark.compile_mode must be one of default, reduce-overhead, max-autotune, "
-     "max-autotune-no-cudagraphs, got 'fast'"),
+     "max-autotune-no-cudagraphs, got 'fast'", False),
 ])
-def test_benchmark_rejects_bad_settings(overrides, message):
-    result = run(*overrides)
+def test_benchmark_rejects_bad_settings(overrides, message, real):
+    result = run(*overrides) if real else in_process("benchmark", "arch=crammed-bert-tiny", *overrides, cwd=REPO)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == message
 

@@ -24,7 +24,10 @@ TOY = ("vocab_size=512", "candidates.depths=[1,2]", "candidates.widths=[64,128]"
 
 def run(tmp_path, *overrides):
     command = [sys.executable, "scripts/calculator.py", f"output_dir={tmp_path / 'out'}", *overrides]
-    env = {"CRAMMING_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    # PYTHONPATH: this checkout's package (`python scripts/x.py` puts scripts/ first on sys.path; an editable
+    # install may point at another checkout), as tests/conftest.py sets it for every other subprocess
+    env = {"CRAMMING_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(REPO)}
     return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
 
 

@@ -49,7 +49,7 @@ class Recorder(Callback):
         self.steps_seen = state["steps_seen"]
 
 
-def test_the_named_points_come_in_order_and_the_state_is_checkpointed(cache_dir, tmp_path):
+def test_the_named_points_come_in_order_and_the_state_is_checkpointed(shared_cache, tmp_path):
     recorder = Recorder()
     run_dir = pretrain(config(f"output_dir={tmp_path}", "train.max_steps=2"), callbacks=[recorder])
     # step 1 (f = 0) is one microbatch; step 2 (f = 0.5) ramps to 56 of 64 sequences: 4 microbatches of 16
@@ -70,13 +70,13 @@ class ScaleLoss(Callback):
         return 2.0 * loss
 
 
-def test_a_callback_can_change_the_loss_that_is_trained(cache_dir, tmp_path):
+def test_a_callback_can_change_the_loss_that_is_trained(shared_cache, tmp_path):
     plain = pretrain(config(f"output_dir={tmp_path / 'plain'}", "train.max_steps=1"))
     scaled = pretrain(config(f"output_dir={tmp_path / 'scaled'}", "train.max_steps=1"), callbacks=[ScaleLoss()])
     assert records(scaled)[0]["loss"] == pytest.approx(2 * records(plain)[0]["loss"], rel=1e-5)
 
 
-def test_callback_and_logging_state_survive_an_interruption(cache_dir, tmp_path):
+def test_callback_and_logging_state_survive_an_interruption(shared_cache, tmp_path):
     """Records every 3 steps; interrupted before step 6 (the last checkpoint, step 5, holds a partial
     logging window of steps 4 and 5), then resumed: the records equal an uninterrupted run's."""
     # records by steps alone: none for validations, none for progress (every 2% would be every step here)

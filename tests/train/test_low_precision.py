@@ -120,7 +120,7 @@ def test_finite_check_reads_the_offloaded_state_layout():
     assert not finite_optimizer_state({"offloaded": [state(1.0)], "on-device": state(float("inf"))})
 
 
-def test_offload_optimizer_is_a_noop_on_cpu_with_one_notice(cache_dir, tmp_path, caplog):
+def test_offload_optimizer_is_a_noop_on_cpu_with_one_notice(shared_cache, tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="pretrain"):
         run_dir = pretrain(compose_config(STEP_RUN + ["train.max_steps=3", f"output_dir={tmp_path}",
                                                       "impl.offload_optimizer=true"]))

@@ -26,7 +26,7 @@ def test_every_option_is_paired():
 
 
 @pytest.mark.parametrize(("name", "schedule"), PAIRS)
-def test_each_optimizer_and_schedule_trains_under_the_budget_clock(cache_dir, tmp_path, simulated_clock, name,
+def test_each_optimizer_and_schedule_trains_under_the_budget_clock(shared_cache, tmp_path, simulated_clock, name,
                                                                    schedule):
     overrides = ["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t", "budget=0.0006",
                  "impl.microbatch_size=16", "train.batch_size=64", f"output_dir={tmp_path}", "logging.every_steps=1",
@@ -40,7 +40,7 @@ def test_each_optimizer_and_schedule_trains_under_the_budget_clock(cache_dir, tm
     assert {key: used[key] for key in defaults} == {key: OmegaConf.create(defaults)[key] for key in defaults}
 
 
-def test_an_explicit_hyperparameter_beats_the_optimizers_default(cache_dir, tmp_path):
+def test_an_explicit_hyperparameter_beats_the_optimizers_default(shared_cache, tmp_path):
     run_dir = pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path}", "train.max_steps=1",
                                                   "train.optim.name=lion", "train.optim.lr=3e-4"]))
     used = OmegaConf.load(run_dir / "config.yaml").train.optim
@@ -49,7 +49,7 @@ def test_an_explicit_hyperparameter_beats_the_optimizers_default(cache_dir, tmp_
 
 # pytorch-optimizer state; Muon's two kinds of group; Sophia's Hessian estimates (every other step here)
 @pytest.mark.parametrize("name, extra", [("lion", []), ("muon", []), ("sophia", ["train.optim.hessian_every=2"])])
-def test_optimizer_state_resumes_exactly(cache_dir, tmp_path, name, extra):
+def test_optimizer_state_resumes_exactly(shared_cache, tmp_path, name, extra):
     straight = pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path / 'a'}", "train.max_steps=4",
                                                    f"train.optim.name={name}", *extra]))
     halted = STEP_RUN + [f"output_dir={tmp_path / 'b'}", "train.max_steps=4", f"train.optim.name={name}", *extra]

@@ -46,17 +46,17 @@ STEPS = STEP_RUN + ["train.batch_size=16"]  # one microbatch a step: short
 
 
 @pytest.fixture(scope="module")
-def plain_run(tmp_path_factory):
+def plain_run(tmp_path_factory, session_cache):
     """Three plain steps, for the techniques that must not change a number; it keeps the checkpoint after
     step 2 (progress 1/3) for a lottery ticket to rewind to."""
     output_dir = tmp_path_factory.mktemp("plain")
     return pretrain(compose_config(STEPS + ["train.max_steps=3", f"output_dir={output_dir}",
-                                            f"cache_dir={output_dir / 'cache'}", "checkpoint.keep_at=[0.3]",
+                                            f"cache_dir={session_cache}", "checkpoint.keep_at=[0.3]",
                                             "checkpoint.keep_last=1"]))
 
 
 @pytest.mark.parametrize("techniques", UNDER_THE_CLOCK)
-def test_the_techniques_train_the_quick_start_under_the_budget_clock(cache_dir, tmp_path, simulated_clock,
+def test_the_techniques_train_the_quick_start_under_the_budget_clock(shared_cache, tmp_path, simulated_clock,
                                                                      techniques):
     overrides = [*UNDER_THE_CLOCK[techniques], "budget=0.001", "impl.microbatch_size=16", "train.batch_size=16",
                  f"output_dir={tmp_path}", "logging.every_steps=1"]
@@ -81,7 +81,7 @@ INIT_SCHEMES = {
 
 
 @pytest.mark.parametrize("scheme", INIT_SCHEMES)
-def test_each_init_scheme_trains_three_steps_of_the_quick_start(cache_dir, tmp_path, scheme):
+def test_each_init_scheme_trains_three_steps_of_the_quick_start(shared_cache, tmp_path, scheme):
     overrides = [f"arch.init_scheme={scheme}", *INIT_SCHEMES[scheme], "train.max_steps=3", "impl.microbatch_size=16",
                  "train.batch_size=16", f"output_dir={tmp_path}", "logging.every_steps=1"]
     with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base="1.3"):
@@ -105,12 +105,12 @@ def assert_same_training(a, b) -> None:
     assert all(torch.equal(final[0][key], final[1][key]) for key in final[0])
 
 
-def test_sam_with_importance_sampling_resumes_exactly(cache_dir, tmp_path):
+def test_sam_with_importance_sampling_resumes_exactly(shared_cache, tmp_path):
     both = ["train.optim.sam_rho=0.05", "train.sampling=importance", "train.max_steps=5"]
     assert_same_training(*straight_and_resumed(tmp_path, both, 4))
 
 
-def test_layer_drop_rigl_and_distillation_resume_exactly(cache_dir, tmp_path, plain_run):
+def test_layer_drop_rigl_and_distillation_resume_exactly(shared_cache, tmp_path, plain_run):
     """A 4-layer student of the 2-layer plain run (same data and tokenizer), dropping layers, with RigL
     rewiring its masks every step: the resumed run equals the straight one; the masks moved and kept
     their density."""
@@ -130,7 +130,7 @@ def test_layer_drop_rigl_and_distillation_resume_exactly(cache_dir, tmp_path, pl
         assert ((weight != 0) <= final[name]).all(), name  # nothing outside the mask
 
 
-def test_stacking_resumes_exactly_after_a_growth_step(cache_dir, tmp_path, caplog):
+def test_stacking_resumes_exactly_after_a_growth_step(shared_cache, tmp_path, caplog):
     """Stages [2, 4] over 6 steps: the model grows before step 4 (progress 3/6); the checkpoint after
     step 4 holds the grown model and the copied optimizer state, and the resumed run goes on from it."""
     with caplog.at_level(logging.INFO, logger="pretrain"):
@@ -139,7 +139,7 @@ def test_stacking_resumes_exactly_after_a_growth_step(cache_dir, tmp_path, caplo
     assert_same_training(straight, resumed)
 
 
-def test_sam_with_a_vanishing_rho_is_the_plain_step(cache_dir, tmp_path, plain_run):
+def test_sam_with_a_vanishing_rho_is_the_plain_step(shared_cache, tmp_path, plain_run):
     """Two passes at (numerically) the same weights give the same gradient: the second pass and the way
     back change nothing."""
     sam = pretrain(compose_config(STEPS + ["train.max_steps=3", f"output_dir={tmp_path}", "train.optim.sam_rho=1e-30"]))
@@ -159,7 +159,7 @@ def test_sam_moves_the_weights_by_rho_along_the_normalized_gradient():
     assert all(torch.equal(original, b) for original, b in zip(originals, before))
 
 
-def test_activation_checkpointing_changes_no_number(cache_dir, tmp_path, plain_run):
+def test_activation_checkpointing_changes_no_number(shared_cache, tmp_path, plain_run):
     recomputed = pretrain(compose_config(STEPS + ["train.max_steps=3", f"output_dir={tmp_path}",
                                                   "impl.activation_checkpointing=true"]))
     assert_same_training(plain_run, recomputed)
@@ -214,15 +214,15 @@ def test_stacking_copies_layers_and_their_optimizer_state():
             assert optimizer.state[p_target]["exp_avg"] is not optimizer.state[p_source]["exp_avg"]
 
 
-def importance_sampling_on_real_rows(tmp_path):
+def importance_sampling_on_real_rows(cache):
     data = OmegaConf.to_object(compose_config(STEPS).data)
-    dataset, _ = prepare_dataset(data, tmp_path / "cache")
+    dataset, _ = prepare_dataset(data, cache)
     sampling = ImportanceSampling(seed=0)
     return sampling, sampling.stream(Microbatches(dataset, 64, 0, 1, 0.25, 0), 0), dataset.meta["vocab_size"]
 
 
-def test_importance_sampling_draws_high_loss_rows_more_and_weights_them_down(cache_dir, tmp_path):
-    sampling, stream, _ = importance_sampling_on_real_rows(tmp_path)
+def test_importance_sampling_draws_high_loss_rows_more_and_weights_them_down(shared_cache):
+    sampling, stream, _ = importance_sampling_on_real_rows(shared_cache)
     first = next(stream)  # nothing seen yet: uniform, every weight 1
     assert torch.equal(first["sample_weights"], torch.ones(64))
     n = len(sampling.losses)
@@ -243,8 +243,8 @@ def test_importance_sampling_draws_high_loss_rows_more_and_weights_them_down(cac
     assert np.allclose(weights, 1 / (n * p[positions]), rtol=1e-5) and weights.max() <= 10
 
 
-def test_importance_sampling_records_each_rows_loss_and_returns_the_weighted_mean(cache_dir, tmp_path):
-    sampling, stream, vocab_size = importance_sampling_on_real_rows(tmp_path)
+def test_importance_sampling_records_each_rows_loss_and_returns_the_weighted_mean(shared_cache):
+    sampling, stream, vocab_size = importance_sampling_on_real_rows(shared_cache)
     batch = next(stream)
     model = tiny_model(2, vocab_size)
     output = model(**{key: value for key, value in batch.items() if not key.startswith("sample_")})
@@ -262,7 +262,7 @@ def test_importance_sampling_records_each_rows_loss_and_returns_the_weighted_mea
     assert len(once) > 32 and np.allclose(sampling.losses[rows[once]], expected.detach().numpy(), rtol=1e-5)
 
 
-def test_a_teacher_with_another_tokenizer_is_refused(cache_dir, tmp_path, plain_run):
+def test_a_teacher_with_another_tokenizer_is_refused(shared_cache, tmp_path, plain_run):
     other = STEPS + [f"output_dir={tmp_path}", "data.tokenizer.vocab_size=400", f"train.distill.teacher={plain_run}"]
     with pytest.raises(CrammingError, match="was trained with another tokenizer than this dataset's"):
         pretrain(compose_config(other))
@@ -290,7 +290,7 @@ def test_magnitude_masks_keep_exactly_the_largest_and_the_schedule_is_cubic():
     assert gradual_density(0.3, 0.2, 0.1, 0.5) == pytest.approx(0.2 + 0.8 * 0.5**3)
 
 
-def test_a_checkpoint_from_before_the_techniques_resumes(cache_dir, tmp_path, plain_run):
+def test_a_checkpoint_from_before_the_techniques_resumes(shared_cache, tmp_path, plain_run):
     """A checkpoint written before train.sampling, train.sparsity, ... existed resumes when they are at
     their defaults (what the older code did); at another value the settings differ."""
     shutil.copytree(plain_run, tmp_path / "older")
@@ -333,7 +333,7 @@ def test_two_of_four_keeps_the_two_largest_of_every_four():
     assert two_of_four_mask(weight).int().tolist() == [[0, 1, 1, 0, 1, 1, 0, 0], [1, 0, 0, 1, 1, 0, 0, 1]]
 
 
-def test_semi_structured_sparsity_prunes_two_of_four_once_and_resumes_exactly(cache_dir, tmp_path, monkeypatch):
+def test_semi_structured_sparsity_prunes_two_of_four_once_and_resumes_exactly(shared_cache, tmp_path, monkeypatch):
     """Its gate asks for a CUDA GPU of compute capability 8.0+, which cannot exist here: stood in for, the
     rest is the real run. Pruned after step 2 (progress 0.25); interrupted before step 3, resumed."""
     monkeypatch.setattr("cramming.train.techniques.sparsity.supports_semi_structured", lambda device: True)
@@ -352,7 +352,7 @@ class WeightsAtStart(Callback):
         self.weights = {name: p.detach().clone() for name, p in state.model.state_dict().items()}
 
 
-def test_a_lottery_ticket_is_the_dense_runs_mask_on_its_rewound_weights_and_resumes_exactly(cache_dir, tmp_path,
+def test_a_lottery_ticket_is_the_dense_runs_mask_on_its_rewound_weights_and_resumes_exactly(shared_cache, tmp_path,
                                                                                            plain_run):
     """The plain run (3 steps) kept its checkpoint after step 2; rewound to it, the ticket run starts from
     those weights times the mask of the final weights' largest quarter, and resumes exactly; rewound to
@@ -384,7 +384,7 @@ def test_a_lottery_ticket_is_the_dense_runs_mask_on_its_rewound_weights_and_resu
     assert all(torch.equal(at_init.weights[name], initial[name] * masks.get(name, 1)) for name in initial)
 
 
-def test_ema_trains_as_the_plain_run_resumes_exactly_and_its_final_model_is_the_average(cache_dir, tmp_path,
+def test_ema_trains_as_the_plain_run_resumes_exactly_and_its_final_model_is_the_average(shared_cache, tmp_path,
                                                                                         plain_run):
     """train.ema.decay: training runs on the raw weights (the plain run's losses, unchanged); a run
     interrupted before its last step and resumed equals the straight one; the final checkpoint holds the

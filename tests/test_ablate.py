@@ -29,6 +29,9 @@ def test_smoke_sweep_writes_the_table_and_the_plot_then_skips_finished_runs(shar
     run = ablate("sweep=smoke", f"output_dir={out}", *glue)
     assert run.returncode == 0, run.stderr
     table = (out / "ablations.md").read_text()
+    header = table.splitlines()[0]  # names the sweep's base and the command's overrides
+    assert header.startswith("Sweep `smoke`, equal budget; every run: `data=embedded arch=crammed-bert-tiny")
+    assert not scored or "eval.epochs=1" in header
     assert table.splitlines()[2].endswith("| stopped | GLUE |" if scored else "| stopped |")
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| option")]
     assert [row.split(" | ")[0] for row in rows] == ["| adamw", "| lion", "| wsd"]
@@ -106,3 +109,22 @@ def test_every_run_of_every_shipped_sweep_composes_and_passes_the_checks_made_be
                 check_techniques(run)
                 checked += 1
     assert checked >= 40
+
+
+def test_the_table_says_equal_steps_when_every_run_stopped_at_the_same_max_steps(tmp_path):
+    from cramming.ablate.sweep import write_table
+
+    def run(label, stop_reason, steps):
+        (tmp_path / label).mkdir()
+        facts = {"smoothed_loss": 7.0, "validation": None, "mean_tokens_per_s": 1000.0, "peak_memory_gb": 1.0,
+                 "steps": steps, "stop_reason": stop_reason}
+        (tmp_path / label / "summary.json").write_text(json.dumps(facts))
+        return tmp_path / label
+
+    sweep = SweepConfig(base=["gpu=cpu", "budget=0.03", "train.progress=steps", "train.max_steps=50"],
+                        runs={"a": [], "b": ["train.ema.decay=0.99"]})
+    steps = write_table("s", sweep, {"a": run("a", "max_steps", 50), "b": run("b", "max_steps", 50)}, tmp_path / "t.md")
+    assert steps.splitlines()[0] == ("Sweep `s`, equal steps; every run: "
+                                     "`gpu=cpu budget=0.03 train.progress=steps train.max_steps=50`.")
+    budget = write_table("s", sweep, {"a": run("c", "budget", 48), "b": run("d", "max_steps", 50)}, tmp_path / "u.md")
+    assert budget.splitlines()[0].startswith("Sweep `s`, equal budget;")

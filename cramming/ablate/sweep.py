@@ -93,7 +93,8 @@ def run_sweep(cfg: AblateConfig) -> Path:
         log.info("[%d/%d] %s: %s%s", number, len(planned), label, " ".join(sweep.runs[label]) or "(the base)",
                  " (resuming)" if plan.resume else "")
         run_dirs[label] = pretrain(plan)
-    return report(name, sweep, run_dirs, out)
+    # the table's header names what every run shared: the sweep's base and the command's overrides
+    return report(name, SweepConfig(base=[*sweep.base, *cfg.overrides], runs=sweep.runs), run_dirs, out)
 
 
 def report(name: str, sweep: SweepConfig, run_dirs: dict[str, Path], out: Path) -> Path:
@@ -120,8 +121,11 @@ def write_table(name: str, sweep: SweepConfig, run_dirs: dict[str, Path], path: 
     steps, and the GLUE score when the runs were scored (`eval=glue` in the sweep or its overrides)."""
     summaries = {label: read_json_object(run_dir / "summary.json") for label, run_dir in run_dirs.items()}
     glue = any("glue_score" in facts for facts in summaries.values())
-    equal = not any(setting(o) == "budget" for overrides in sweep.runs.values() for o in overrides)
-    rows = [f"Sweep `{name}`{', equal budget' if equal else ''}; every run: `{' '.join(sweep.base)}`.", "",
+    same_steps = all(facts["stop_reason"] == "max_steps" for facts in summaries.values()) and len(
+        {facts["steps"] for facts in summaries.values()}) == 1
+    same_budget = not any(setting(o) == "budget" for overrides in sweep.runs.values() for o in overrides)
+    equal = ", equal steps" if same_steps else ", equal budget" if same_budget else ""
+    rows = [f"Sweep `{name}`{equal}; every run: `{' '.join(sweep.base)}`.", "",
             "| option | overrides | final MLM loss (smoothed) | validation MLM loss | tokens/s | peak memory (GB) "
             f"| steps | stopped |{' GLUE |' if glue else ''}",
             f"|---|---|---|---|---|---|---|---|{'---|' if glue else ''}"]

@@ -67,15 +67,11 @@ def text_size_bytes(path: str) -> int:
 class LocalSource(Source, kind="local"):
     def __init__(self, cfg: DataConfig, files: list[str]):
         super().__init__(cfg)
-        self._files = files
+        self.files = files  # the local files read, in order
 
     @classmethod
     def build(cls, cfg: DataConfig) -> "LocalSource":
         return cls(cfg, resolve_files(cfg.files))
-
-    @property
-    def files(self) -> list[str]:
-        return self._files
 
     def fingerprint(self) -> dict:
         return {

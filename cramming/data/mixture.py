@@ -86,10 +86,6 @@ class Mixture(Source, kind="mixture"):
         total = sum(weights)
         return cls(cfg, components, names, [weight / total for weight in weights])
 
-    @property
-    def files(self) -> list[str]:
-        return [path for component in self.components for path in component.files]
-
     def fingerprint(self) -> dict:
         return {"mixture": [component.fingerprint() for component in self.components]}
 

@@ -48,11 +48,6 @@ class Source(ABC):
     def build(cls, cfg: DataConfig) -> "Source":
         """This kind's source for `cfg` (whose common settings from_config has checked)."""
 
-    @property
-    def files(self) -> list[str]:
-        """The local files read, in order (none for the embedded corpus and the hub)."""
-        return []
-
     @abstractmethod
     def fingerprint(self) -> dict:
         """What identifies the raw text, for the cache key: content hash, file identities, or hub coordinates."""

@@ -41,14 +41,12 @@ def _trash_line(meta: dict) -> list[str]:
 def _cap_lines(meta: dict) -> list[str]:
     """A slice, not the whole source: which cap stopped the reading, if one did."""
     config, lines = meta["config"], []
-    if config.get("max_documents") is not None:
-        reached = meta["documents"]["read"] >= config["max_documents"]
-        lines.append(f"cap       data.max_documents={config['max_documents']:,}: "
-                     + ("reached: a slice of the source" if reached else "not reached"))
-    if config.get("max_tokens") is not None:
-        reached = meta["tokens_packed"] + meta["tail_tokens_dropped"] >= config["max_tokens"]
-        lines.append(f"cap       data.max_tokens={config['max_tokens']:,}: "
-                     + ("reached: a slice of the source" if reached else "not reached"))
+    read = {"max_documents": meta["documents"]["read"],
+            "max_tokens": meta["tokens_packed"] + meta["tail_tokens_dropped"]}
+    for key, amount in read.items():
+        if config.get(key) is not None:
+            lines.append(f"cap       data.{key}={config[key]:,}: "
+                         + ("reached: a slice of the source" if amount >= config[key] else "not reached"))
     return lines
 
 

@@ -63,3 +63,32 @@ def test_the_search_result_is_cached_per_key(tmp_path):
     assert len(searches) == 2
     stored = json.loads((tmp_path / CACHE_FILE).read_text())
     assert stored["card-a"] == {"microbatch_size": 64, "trials": [[64, 123, True]]}
+
+
+def test_the_trial_step_runs_a_real_backward_and_leaves_the_model_as_it_found_it(monkeypatch):
+    """cuda_step reached on the CPU: torch.cuda's memory functions stood in for, asserting the device they get.
+    The trial runs the training step's own forward and backward (cramming.gradient_step), then drops the
+    gradients; its answer is the peak plus the memory training adds (extra_bytes)."""
+    from cramming.model import ModelConfig, build_mlm_model
+    from cramming.runtime import Precision
+    from cramming.train.microbatch import cuda_step
+
+    seen = []
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: seen.append(("reset", device)))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device: seen.append(("synchronize", device)))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 3 * GIB)
+    torch.manual_seed(0)
+    model = build_mlm_model(ModelConfig(name="tiny", num_layers=1, hidden_size=32, num_heads=2,
+                                        intermediate_size=64), 200)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    backwards = []
+    for p in model.parameters():
+        p.register_hook(lambda grad: backwards.append(1) or grad)
+    step = cuda_step(model, seq_length=32, vocab_size=200, mlm_rate=0.25, precision=Precision("fp32", "cpu"),
+                     extra_bytes=GIB)
+    assert step(4) == 4 * GIB
+    cpu = torch.device("cpu")
+    assert seen == [("reset", cpu), ("synchronize", cpu)]
+    assert len(backwards) == len(before)  # every parameter got a gradient in the trial's backward
+    assert all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(before[name], p) for name, p in model.named_parameters())

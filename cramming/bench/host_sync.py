@@ -4,7 +4,8 @@ launches the next kernels. A step should have none (read losses and flags every 
 On a GPU, CUDA's own sync debug mode sees every synchronizing call. Without one, a dispatch mode sees the
 operators that force one on a GPU: a tensor read as a Python number or truth value (`.item()`, `float()`,
 `if t:`: aten::_local_scalar_dense), `nonzero`, `masked_select`, `unique` and boolean-mask indexing (their
-output's shape depends on the data). It sees eager operators only: what a compiled graph runs inside its
+output's shape depends on the data); and, through a function mode, the reads that never reach the
+dispatcher (`.tolist()`, `.numpy()`). It sees eager operators only: what a compiled graph runs inside its
 kernels passes unseen, which is why the CPU count is taken on an eager model.
 """
 
@@ -12,6 +13,7 @@ import warnings
 from collections import Counter
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 aten = torch.ops.aten
@@ -37,12 +39,42 @@ class HostSyncCounter(TorchDispatchMode):
     def __init__(self, fail: bool = False):
         super().__init__()
         self.fail, self.syncs = fail, Counter()
+        self.reads = _TensorReads(self)
+
+    def __enter__(self):
+        self.reads.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self.reads.__exit__(*exc)
+
+    def saw(self, name: str) -> None:
+        if self.fail:
+            raise HostSyncError(f"{name} makes the host wait for the device")
+        self.syncs[name] += 1
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if _syncs(func, args):
-            if self.fail:
-                raise HostSyncError(f"{func} makes the host wait for the device")
-            self.syncs[str(func)] += 1
+            self.saw(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+class _TensorReads(TorchFunctionMode):
+    """Tensor.tolist and Tensor.numpy copy a tensor's values into Python without an aten operator the
+    dispatch mode could see; on a GPU they wait for it like .item()."""
+
+    READS = {torch.Tensor.tolist: "Tensor.tolist", torch.Tensor.numpy: "Tensor.numpy"}
+
+    def __init__(self, counter: HostSyncCounter):
+        super().__init__()
+        self.counter = counter
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.READS:
+            self.counter.saw(self.READS[func])
         return func(*args, **(kwargs or {}))
 
 

@@ -66,7 +66,8 @@ class TrainConfig:
     mlm_rate: float = 0.25
     seed: int = 0
     max_nonfinite_steps: int = 10  # stop after this many non-finite losses in a row
-    # how often (in steps) the host reads the on-device non-finite counts: each read waits for the GPU
+    # how often (in steps) the host reads what it left on the device: the non-finite counts and, under torchrun,
+    # the ranks' agreed clock and stop requests (cramming.train.stopping); each read waits for the GPU
     check_nonfinite_every: int = 10
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     # sequential: the prepared data order | importance: rows drawn by their last-seen loss, importance-

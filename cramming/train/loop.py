@@ -5,10 +5,9 @@ from dataclasses import dataclass
 
 from cramming.runtime import accumulation_steps, lr_multiplier, set_lr
 from cramming.train.callbacks import CallbackList
-from cramming.train.distributed import Distributed
 from cramming.train.state import TrainState
 from cramming.train.step import TrainStep
-from cramming.train.stopping import StoppingRule
+from cramming.train.stopping import LocalAgreement
 
 
 @dataclass
@@ -28,14 +27,15 @@ class Schedule:
                                   train.batch_ramp_fraction)
 
 
-def run_loop(state: TrainState, step: TrainStep, stopping: StoppingRule, schedule: Schedule,
-             callbacks: CallbackList, dist: Distributed, tokens_per_microbatch: int) -> str:
-    """Train until the budget, max_steps or a signal; returns which ("budget", "max_steps", "interrupted")."""
+def run_loop(state: TrainState, step: TrainStep, agreement: LocalAgreement, schedule: Schedule,
+             callbacks: CallbackList, tokens_per_microbatch: int) -> str:
+    """Train until the budget, max_steps or a signal; returns which ("budget", "max_steps", "interrupted").
+    Every decision ranks must share comes from the agreement (cramming.train.stopping), so ranks step alike."""
     progress = state.progress
     callbacks.on_train_start(state)
     state.clock.start()
-    while not dist.any(stopping.done(progress.step), state.device):
-        state.fraction = stopping.fraction(progress.step)
+    while not agreement.should_stop(progress):
+        state.fraction = agreement.fraction(progress)
         state.lr, state.accumulate = schedule.lr(state.fraction), schedule.accumulate(state.fraction)
         set_lr(state.optimizer, state.lr)
         callbacks.before_step(state)
@@ -48,6 +48,6 @@ def run_loop(state: TrainState, step: TrainStep, stopping: StoppingRule, schedul
         callbacks.after_step(state)
     progress.elapsed = state.clock.elapsed
     state.nonfinite.settle(progress, progress.step)
-    reason = stopping.reason(progress.step)
+    reason = agreement.stopping.reason(progress.step)
     callbacks.on_train_end(state, reason)
     return reason

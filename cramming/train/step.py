@@ -11,7 +11,7 @@ from cramming.runtime import Precision
 from cramming.train.callbacks import CallbackList
 from cramming.train.distributed import Distributed
 from cramming.train.state import TrainState
-from cramming.train.stopping import StoppingRule
+from cramming.train.stopping import LocalAgreement
 
 
 class TrainStep:
@@ -26,10 +26,10 @@ class TrainStep:
     keeps_batches = False  # True for a step that runs its microbatches twice (cramming.train.sam)
 
     def __init__(self, network: torch.nn.Module, scaler: torch.amp.GradScaler, precision: Precision,
-                 dist: Distributed, stream, callbacks: CallbackList, stopping: StoppingRule, train_cfg):
+                 dist: Distributed, stream, callbacks: CallbackList, agreement: LocalAgreement, train_cfg):
         self.network = network  # the model as it runs: compiled and/or wrapped by DDP
         self.scaler, self.precision, self.dist, self.stream = scaler, precision, dist, stream
-        self.callbacks, self.stopping = callbacks, stopping
+        self.callbacks, self.agreement = callbacks, agreement
         self.grad_clip = train_cfg.optim.grad_clip
         # Host seconds inside run() and, within it, waiting for batches: this process, from its second step
         # on (the first compiles and warms up), and the first step's own; window_s: host seconds from the end
@@ -56,16 +56,13 @@ class TrainStep:
             first_ended, paused_then = self._first_ended
             self.timing["window_s"] = ended - first_ended - (state.clock.paused_seconds - paused_then)
 
-    def _budget_ran_out(self, device: torch.device) -> bool:
-        return self.stopping.progress == "budget" and self.dist.any(self.stopping.clock.expired(), device)
-
     def _accumulate(self, state: TrainState) -> tuple[torch.Tensor, int]:
         """Forward and backward up to state.accumulate microbatches; the mean loss and how many ran."""
         device, done = state.device, 0
         step_loss = torch.zeros((), device=device)
         self.batches = []
         while done < state.accumulate:
-            if done and self._budget_ran_out(device):
+            if done and self.agreement.budget_ran_out():
                 break
             waited = time.perf_counter()
             batch = {key: value.to(device, non_blocking=True) for key, value in next(self.stream).items()}

@@ -1,9 +1,15 @@
-"""When training stops, and how far along it is (the progress f that drives the schedules)."""
+"""When training stops, and how far along it is (the progress f that drives the schedules), decided alike on
+every rank."""
 
 from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
 
 from cramming.train.clock import BudgetClock
+from cramming.train.distributed import Distributed
 from cramming.train.interrupt import GracefulStop
+from cramming.train.state import Progress
 
 
 @dataclass
@@ -39,3 +45,97 @@ class StoppingRule:
         if self.early_stop is not None:
             return "early_stop"
         return "max_steps" if self.at_max_steps(step) else "budget"
+
+
+class LocalAgreement:
+    """What the loop, the step and the validation curve decide from the stopping rule: the progress f of a step
+    (schedules, techniques, validation), whether to stop before a step, and whether the budget ran out inside
+    one. One process decides from its own clock, at every step and microbatch: there is no rank to agree with."""
+
+    def __init__(self, stopping: StoppingRule):
+        self.stopping = stopping
+
+    def fraction(self, progress: Progress) -> float:
+        return self.stopping.fraction(progress.step)
+
+    def should_stop(self, progress: Progress) -> bool:
+        return self.stopping.done(progress.step)
+
+    def budget_ran_out(self) -> bool:
+        """Asked before each microbatch after a step's first: a budget-driven run takes a shorter last step."""
+        return self.stopping.progress == "budget" and self.stopping.clock.expired()
+
+
+class RankAgreement(LocalAgreement):
+    """Under torchrun every rank must take the same decisions at the same step (a different f is a different
+    batch ramp or layer drop; a rank that stops alone leaves the others waiting in a collective), yet a host
+    read of a collective per step would make each GPU wait for the slowest step of all.
+
+    So the ranks agree at reads: every `every` steps (where the non-finite counts are read too) they all-reduce
+    (on the device) their clocks and stop requests and the host reads the maximum, one wait. Between reads, f is extrapolated from the agreed clock
+    and the agreed seconds per microbatch, a function of what every rank shares (the microbatch count), so it
+    is the same number everywhere. When the agreed clock says the budget may end before the next read (or the
+    pace is not known yet: the first steps, compilation included), they read at every step and, inside the
+    step, at every microbatch: all stop at the same microbatch and the budget holds. A signal that reaches
+    some ranks stops them all at the next read.
+    """
+
+    SAFETY = 2.0  # the projection allows the next steps twice the pace of the last ones
+
+    def __init__(self, stopping: StoppingRule, dist: Distributed, every: int, device: torch.device,
+                 accumulate: Callable[[float], int]):
+        super().__init__(stopping)
+        self.dist, self.every, self.device, self.accumulate = dist, every, device, accumulate
+        self.read_at: tuple[int, float] | None = None  # (microbatches, agreed elapsed seconds) at the last read
+        self.seconds_per_microbatch: float | None = None  # agreed, over the last window between reads
+        self.next_read = 0  # the step before which the ranks read next
+        self.near_end = True  # read at every step and microbatch
+
+    def fraction(self, progress: Progress) -> float:
+        if self.stopping.progress == "steps":
+            return self.stopping.fraction(progress.step)
+        microbatches, elapsed = self.read_at or (progress.microbatches, self.stopping.clock.elapsed_before)
+        if self.seconds_per_microbatch is not None:
+            elapsed += (progress.microbatches - microbatches) * self.seconds_per_microbatch
+        return min(elapsed / self.stopping.clock.budget_seconds, 1.0)
+
+    def should_stop(self, progress: Progress) -> bool:
+        if self.stopping.at_max_steps(progress.step) or self.stopping.early_stop is not None:
+            return True  # the same on every rank: the step count, a validation loss reduced over the ranks
+        if progress.step >= self.next_read or self.fraction(progress) >= 1.0:
+            return self._read(progress)
+        return False
+
+    def budget_ran_out(self) -> bool:
+        if self.stopping.progress != "budget" or not self.near_end:
+            return False
+        expired = torch.tensor([float(self.stopping.clock.expired())], device=self.device)
+        return bool(self.dist.max(expired).item())  # near the end only: a host wait per microbatch
+
+    def _read(self, progress: Progress) -> bool:
+        interrupt = self.stopping.interrupt
+        mine = torch.tensor([self.stopping.clock.elapsed, float(interrupt.signum or 0)], dtype=torch.float64,
+                            device=self.device)
+        elapsed, signum = self.dist.max(mine).tolist()  # the one host wait
+        if signum and not interrupt.requested:
+            interrupt.signum = int(signum)  # so that every rank stops as interrupted, with the same exit code
+        if self.read_at is not None and progress.microbatches > self.read_at[0]:
+            self.seconds_per_microbatch = (elapsed - self.read_at[1]) / (progress.microbatches - self.read_at[0])
+        self.read_at = (progress.microbatches, elapsed)
+        budget = self.stopping.clock.budget_seconds
+        if signum or elapsed >= budget:
+            return True
+        pace = self.seconds_per_microbatch
+        ahead = float("inf") if pace is None else self.SAFETY * self.every * self.accumulate(elapsed / budget) * pace
+        self.near_end = elapsed + ahead >= budget
+        # near the end: the next step; else with the non-finite counts (cramming.train.nonfinite), every `every` steps
+        self.next_read = progress.step + 1 if self.near_end else (progress.step // self.every + 1) * self.every
+        return False
+
+
+def agreement(stopping: StoppingRule, dist: Distributed, every: int, device: torch.device,
+              accumulate: Callable[[float], int]) -> LocalAgreement:
+    """The agreement for this run: one process needs none."""
+    if not dist.enabled:
+        return LocalAgreement(stopping)
+    return RankAgreement(stopping, dist, every, device, accumulate)

@@ -31,7 +31,7 @@ from cramming.train.callbacks import Callback, CallbackList
 from cramming.train.checkpoint import (Checkpointer, NonFiniteWeightsError, load_state, restore,
                                        resume_fingerprint)
 from cramming.train.clock import BudgetClock, time_source
-from cramming.train.distributed import Distributed
+from cramming.train.distributed import Distributed, NodeHandoff
 from cramming.train.divergence import resume_advice
 from cramming.train.heartbeat import Heartbeat, charge_lost_time
 from cramming.train.interrupt import Interrupted
@@ -41,10 +41,10 @@ from cramming.train.microbatch import choose_microbatch
 from cramming.train.optimizers import build_pretraining_optimizer, resolve_optim
 from cramming.train.plots import PlotRefresh, plot_run
 from cramming.train.progress_bar import ProgressBar, use_bar
-from cramming.train.settings import Settings, check_train_config, device_profile, device_type, resolve_settings
+from cramming.train.settings import Settings, check_train_config, device_profile, resolve_settings
 from cramming.train.state import Progress, TrainState
 from cramming.train.nonfinite import NonFiniteLossError, NonFiniteSteps
-from cramming.train.stopping import StoppingRule
+from cramming.train.stopping import LocalAgreement, StoppingRule, agreement as rank_agreement
 from cramming.train.techniques import (RunContext, build_techniques, data_stream, extra_memory, prepare_model,
                                        step_class, wrap_optimizer)
 from cramming.train.summary import RunFacts, build_summary, peak_memory_gb, read_records, write_summary
@@ -60,31 +60,52 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
 
     callbacks: components acting at the loop's named points (cramming.train.callbacks), called in order after
     the techniques the config switches on (cramming.train.techniques).
+
+    Under torchrun only training is collective: the data is prepared before the process group exists, and
+    GLUE (eval=glue) runs on rank 0 after it is gone, so no rank waits in a collective on either
+    (cramming.train.distributed).
     """
     resolve_optim(cfg)
     check_train_config(cfg)
-    dist = Distributed.from_env(device_type(cfg))
+    dist = Distributed.from_env()
     if not dist.is_main:  # rank 0 tells the story once; the other ranks speak up only with a warning
         log.setLevel(logging.WARNING)
+    trained = None
     try:
-        with deterministic_algorithms(cfg.impl.deterministic):
-            run_dir = _pretrain(cfg, dist, list(callbacks))
-        # Ranks leave together: rank 1 finishing (and tearing down its process group) while rank 0 still wrote
-        # the final checkpoint aborted at exit under torchrun ("terminate called without an active exception")
-        dist.barrier()
-        return run_dir
+        try:
+            with deterministic_algorithms(cfg.impl.deterministic):
+                trained = _pretrain(cfg, dist, list(callbacks))
+        finally:
+            dist.close()  # after an error; a finished training has left the group already
+        if cfg.eval is not None and dist.is_main:
+            _evaluate_on_glue(cfg, trained.run_dir, trained.summary, trained.wandb)
     finally:
-        dist.close()
+        if trained is not None and trained.wandb is not None:
+            trained.wandb.finish(failed=trained.stop_reason not in ("budget", "max_steps"))
+    return trained.run_dir
 
 
-def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Path:
+@dataclasses.dataclass
+class Trained:
+    """A finished training: where it lives, and on rank 0 its summary and its W&B run, still open for GLUE."""
+
+    run_dir: Path
+    stop_reason: str
+    summary: dict | None
+    wandb: WandbLogger | None
+
+
+def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
     started = time.perf_counter()
     settings = resolve_settings(cfg, dist.local_rank)
     techniques = build_techniques(cfg, RunContext(settings.device, settings.compile, settings.precision.name,
                                                   dist.world_size))
     torch.manual_seed(cfg.train.seed)
     prepare_device(settings.device)
-    dataset = _prepared_dataset(cfg, dist)
+    handoff = NodeHandoff(Path(cfg.cache_dir), dist)
+    dataset = _prepared_dataset(cfg, handoff)  # before the collective part: it may take hours
+    dist.join(settings.device)
+    handoff.remove()
     vocab_size, seq_length = dataset.meta["vocab_size"], dataset.seq_length
     tokenizer = as_transformers_tokenizer(load_tokenizer(dataset.tokenizer_path), seq_length)
 
@@ -138,7 +159,9 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Path:
                                TelemetrySampler(settings.device).start(), wandb, settings.device,
                                cfg.train.optim.grad_clip)
     stopping = StoppingRule(cfg.train.progress, cfg.train.max_steps, clock)
-    validation = _validation(cfg, dataset, settings, dist, stopping)
+    schedule = Schedule(cfg.train, sequences)
+    agreement = rank_agreement(stopping, dist, cfg.train.check_nonfinite_every, settings.device, schedule.accumulate)
+    validation = _validation(cfg, dataset, settings, dist, agreement)
     # techniques, then the validation curve, then the record of both; their state rides in checkpoints
     recorded = CallbackList([*techniques, *callbacks, *validation, *([logger] if logger else [])])
     if saved:
@@ -150,15 +173,15 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Path:
     bar = [ProgressBar(logger, stopping)] if dist.is_main and use_bar(cfg.logging.progress) else []
     callbacks = CallbackList([*recorded.callbacks, *bar, *heartbeat, checkpointer, *plots])
     step = step_class(techniques)(_network(model, settings, dist), scaler, settings.precision, dist, stream,
-                                  callbacks, stopping, cfg.train)
+                                  callbacks, agreement, cfg.train)
 
-    stop_reason = "error"
+    stop_reason, summary = "error", None
     try:
         try:
             # Ctrl-C / SIGTERM: stop after the step, with a checkpoint; log lines go above a progress bar
             with stopping.interrupt, logging_redirect_tqdm() if bar else contextlib.nullcontext():
-                stop_reason = run_loop(state, step, stopping, Schedule(cfg.train, sequences), callbacks, dist,
-                                       sequences * seq_length)
+                stop_reason = run_loop(state, step, agreement, schedule, callbacks, sequences * seq_length)
+            dist.leave()  # the last collective is behind: rank 0's record (plots, summary) waits for no one
         except (NonFiniteLossError, NonFiniteWeightsError) as error:
             stop_reason = "non-finite"
             checkpointer.discard_unconfirmed()
@@ -188,16 +211,15 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Path:
         log.info("done: %d steps, %s tokens, %s of training, %d non-finite steps skipped; final checkpoint %s",
                  progress.step, f"{progress.tokens:,}", format_duration(progress.elapsed),
                  progress.nonfinite_total, run_dir / "checkpoints" / FINAL)
-        if cfg.eval is not None and dist.is_main:
-            _evaluate_on_glue(cfg, run_dir, summary, wandb)
-    finally:
+    except BaseException:
         if wandb is not None:
-            wandb.finish(failed=stop_reason not in ("budget", "max_steps"))
-    return run_dir
+            wandb.finish(failed=True)
+        raise
+    return Trained(run_dir, stop_reason, summary, wandb)
 
 
 def _validation(cfg, dataset: PreparedDataset, settings: Settings, dist: Distributed,
-                stopping: StoppingRule) -> list[Callback]:
+                agreement: LocalAgreement) -> list[Callback]:
     """The validation curve, where the dataset holds rows out for it."""
     if not dataset.held_out_rows:
         log.info("validation: off (data.validation_rows=0)")
@@ -207,7 +229,7 @@ def _validation(cfg, dataset: PreparedDataset, settings: Settings, dist: Distrib
     log.info("validation: %d held-out rows, at %s of training and at the end%s", dataset.held_out_rows,
              ", ".join(f"{100 * f:.0f}%" for f in rule.fractions) or "none",
              f"; early stop above loss {early[1]} from {100 * early[0]:.0f}%" if early else "")
-    return [Validation(dataset, cfg.train.mlm_rate, settings.precision, dist, stopping, list(rule.fractions), early)]
+    return [Validation(dataset, cfg.train.mlm_rate, settings.precision, dist, agreement, list(rule.fractions), early)]
 
 
 def _run_directory(cfg, dist: Distributed, checkpoint: Path | None, progress: Progress) -> Path:
@@ -232,15 +254,16 @@ def _run_directory(cfg, dist: Distributed, checkpoint: Path | None, progress: Pr
     return run_dir
 
 
-def _prepared_dataset(cfg, dist: Distributed) -> PreparedDataset:
-    """Data preparation is outside the budget; rank 0 builds, the others then find it in the cache."""
-    if dist.is_main:
+def _prepared_dataset(cfg, handoff: NodeHandoff) -> PreparedDataset:
+    """Data preparation is outside the budget. Under torchrun each machine's local rank 0 builds (or checks)
+    it and hands its directory to the other ranks, which wait outside any collective."""
+
+    def prepare() -> str:
         dataset, reused = prepare_dataset(cfg.data, cfg.cache_dir)
         log.info("data: %s (%s, %d rows)", dataset.path, "cached" if reused else "prepared", dataset.num_rows)
-    dist.barrier()
-    if not dist.is_main:  # rank 0 has just built or verified it
-        dataset, _ = prepare_dataset(cfg.data, cfg.cache_dir, verify=False)
-    return dataset
+        return str(dataset.path)
+
+    return PreparedDataset.open(handoff.run(prepare, "preparing the data"))
 
 
 def _network(model: torch.nn.Module, settings: Settings, dist: Distributed) -> torch.nn.Module:

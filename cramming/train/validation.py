@@ -17,7 +17,7 @@ from cramming.train.callbacks import Callback
 from cramming.train.distributed import Distributed
 from cramming.train.masked import labels_at_logits
 from cramming.train.state import TrainState
-from cramming.train.stopping import StoppingRule
+from cramming.train.stopping import LocalAgreement
 
 log = logging.getLogger("pretrain")
 VALIDATION_SEED = 0
@@ -57,23 +57,24 @@ def validate(model: torch.nn.Module, dataset: PreparedDataset, mlm_rate: float, 
 class Validation(Callback):
     """Validates when training passes each of `fractions` of its progress and once at the end; the figures
     go into the next metrics record (state.validation). With `early_stop` (fraction, loss), a run whose
-    validation loss at or after that fraction exceeds the loss stops there."""
+    validation loss at or after that fraction exceeds the loss stops there. Progress is the agreement's, the
+    same on every rank (cramming.train.stopping): all ranks validate their shares at the same step."""
 
     name = "validation"
 
     def __init__(self, dataset: PreparedDataset, mlm_rate: float, precision: Precision, dist: Distributed,
-                 stopping: StoppingRule, fractions: list[float], early_stop: tuple[float, float] | None):
+                 agreement: LocalAgreement, fractions: list[float], early_stop: tuple[float, float] | None):
         self.dataset, self.mlm_rate, self.precision, self.dist = dataset, mlm_rate, precision, dist
-        self.stopping, self.fractions, self.early_stop = stopping, sorted(fractions), early_stop
+        self.agreement, self.fractions, self.early_stop = agreement, sorted(fractions), early_stop
         self.passed: list[float] = []  # fractions validated at (kept in checkpoints)
         self.last_step = -1
 
     def after_step(self, state: TrainState) -> None:
-        fraction = self.stopping.fraction(state.progress.step)
+        fraction = self.agreement.fraction(state.progress)
         due = [f for f in self.fractions if f <= fraction and f not in self.passed]
-        if self.dist.any(bool(due), state.device):  # every rank validates its share, at the same step
-            self.passed += [f for f in self.fractions if f <= fraction and f not in self.passed]
-            self._run(state, f"at {100 * max(due or [fraction]):.0f}% of training")
+        if due:
+            self.passed += due
+            self._run(state, f"at {100 * max(due):.0f}% of training")
             self._check_early_stop(state, fraction)
 
     def on_train_end(self, state: TrainState, reason: str) -> None:
@@ -93,7 +94,7 @@ class Validation(Callback):
         at, limit = self.early_stop
         loss = state.validation["val_loss"]
         if fraction >= at and loss > limit:
-            self.stopping.stop_early(f"validation loss {loss:.4f} at {100 * fraction:.0f}% of training is above "
+            self.agreement.stopping.stop_early(f"validation loss {loss:.4f} at {100 * fraction:.0f}% of training is above "
                                      f"train.validation.early_stop_loss={limit} (checked from "
                                      f"train.validation.early_stop_fraction={at})")
 

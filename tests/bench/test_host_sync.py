@@ -17,6 +17,8 @@ def test_each_syncing_operator_is_counted_once():
     assert count_host_syncs(lambda: torch.nonzero(x), CPU) == 1
     assert count_host_syncs(lambda: x[x > 0], CPU) == 1
     assert count_host_syncs(lambda: x[torch.tensor([0, 3])], CPU) == 0  # an index tensor: a static shape
+    assert count_host_syncs(lambda: x[:3].tolist(), CPU) == 1  # never reaches the dispatcher: a function mode sees it
+    assert count_host_syncs(lambda: x.numpy().sum(), CPU) == 1
 
 
 def test_the_guard_raises_at_the_first_sync():

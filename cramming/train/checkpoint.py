@@ -28,6 +28,7 @@ from cramming.train.callbacks import Callback, CallbackList
 from cramming.train.compare import differences, flatten
 from cramming.train.config import TrainConfig
 from cramming.train.state import Progress, TrainState
+from cramming.train.techniques import optimizer_state_parts
 
 log = logging.getLogger("pretrain")
 RESUME_MUST_MATCH = ("arch", "data", "train")
@@ -83,12 +84,9 @@ def load_state(checkpoint: Path) -> dict:
 
 
 def finite_optimizer_state(optimizer_state: dict) -> bool:
-    # torchao's CPUOffloadOptimizer nests one state dict per offloaded parameter, plus one for those on the device
-    nested = [*optimizer_state.get("offloaded", []), *filter(None, [optimizer_state.get("on-device")])]
-    if nested or "state" not in optimizer_state:
-        return all(finite_optimizer_state(inner) for inner in nested)
+    """No NaN or inf in any moment, whatever layout the optimizer (or a technique's wrapper of it) keeps."""
     return not any(non_finite({name: _plain(value) for name, value in moments.items() if torch.is_tensor(value)})
-                   for moments in optimizer_state["state"].values())
+                   for part in optimizer_state_parts(optimizer_state) for moments in part.get("state", {}).values())
 
 
 def _plain(value: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,7 @@ from cramming.gradient_step import backward
 from cramming.runtime import Precision
 from cramming.train.distributed import Distributed
 from cramming.train.settings import Settings
+from cramming.train.techniques import microbatch_key
 
 log = logging.getLogger("pretrain")
 MEMORY_MARGIN = 0.1  # keep this fraction of the card free: allocator fragmentation, compiled graphs, pinned batches
@@ -63,17 +64,17 @@ def search_microbatch(step: Callable[[int], int], start: int, limit: int, usable
 
 
 def cache_key(device: torch.device, arch: dict, seq_length: int, precision: str, world_size: int,
-              activation_checkpointing: bool = False, optimizer: str = "adamw", fp8: bool = False,
-              technique_bytes: int = 0, memory_gb: float = 0.0) -> str:
+              optimizer: str = "adamw", technique_bytes: int = 0, memory_gb: float = 0.0,
+              techniques: dict | None = None) -> str:
     """What the answer depends on: the card (and the profile's memory ceiling), the model, the sequence length,
-    the precision, DDP's buffers, whether activations are recomputed (they are most of the memory), the
-    optimizer (its state), fp8 (its casts and scales) and what the techniques hold."""
+    the precision, DDP's buffers, the optimizer (its state), what the techniques hold and what they change in a
+    step's memory (cramming.train.techniques.microbatch_key: recomputed activations, fp8's casts)."""
     properties = torch.cuda.get_device_properties(device)
     described = {"gpu": properties.name, "memory": properties.total_memory, "arch": arch,
                  "seq_length": seq_length, "precision": precision, "ddp": world_size > 1}
     # each absent at its default, so that earlier runs' cached answers still match
-    optional = {"activation_checkpointing": activation_checkpointing, "optimizer": optimizer != "adamw" and optimizer,
-                "fp8": fp8, "technique_bytes": technique_bytes, "memory_gb": memory_gb}
+    optional = {"optimizer": optimizer != "adamw" and optimizer, "technique_bytes": technique_bytes,
+                "memory_gb": memory_gb, **(techniques or {})}
     described.update({key: value for key, value in optional.items() if value})
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -169,8 +170,8 @@ def choose_microbatch(cfg, settings: Settings, dist: Distributed, model: torch.n
         usable = usable_bytes(total, memory_gb)
         limit = max(cfg.train.batch_size // dist.world_size, 1)
         key = cache_key(settings.device, OmegaConf.to_container(cfg.arch, resolve=True), seq_length,
-                        settings.precision.name, dist.world_size, cfg.impl.activation_checkpointing,
-                        cfg.train.optim.name, cfg.impl.fp8, technique_bytes, memory_gb)
+                        settings.precision.name, dist.world_size, cfg.train.optim.name, technique_bytes, memory_gb,
+                        microbatch_key(cfg))
         with torch.random.fork_rng(devices=[settings.device]):
             chosen = cached_search(Path(cfg.cache_dir).expanduser(), key, lambda: search_microbatch(
                 step, settings.profile.microbatch_size, limit, usable))

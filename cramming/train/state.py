@@ -5,8 +5,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 
+from cramming.gradient_step import StepState
 from cramming.train.clock import BudgetClock
 
 if TYPE_CHECKING:
@@ -24,25 +24,19 @@ class Progress:
     lost_to_crashes: float = 0.0  # seconds charged on resumes for training lost after the last checkpoint
 
 
-@dataclass
-class TrainState:
-    """The training at one of the loop's named points; components read it and may act on the model."""
+@dataclass(kw_only=True)
+class TrainState(StepState):
+    """The training at one of the loop's named points; components read it and may act on the model. The step's
+    own fields (the model, accumulate, and what the step just run left: its loss, microbatches, gradient norm and
+    finite flag) are StepState's."""
 
-    model: nn.Module  # the plain model: not compiled, not wrapped by DDP
-    optimizer: torch.optim.Optimizer
+    optimizer: torch.optim.Optimizer | None
     progress: Progress
-    clock: BudgetClock
-    run_dir: Path
-    device: torch.device
+    clock: BudgetClock | None
+    run_dir: Path | None
     tokenizer: object = None  # the dataset's (transformers) tokenizer
     nonfinite: "NonFiniteSteps | None" = None  # the skipped steps' counts, on the device until read
-    # the current step, set before it runs
+    # the current step, set before it runs (with accumulate: the microbatches planned, on every rank)
     fraction: float = 0.0  # schedule progress f
     lr: float = 0.0
-    accumulate: int = 1  # microbatches (all ranks) planned for the step
-    # the step just run
-    step_loss: torch.Tensor | None = None  # mean loss, on the device (reading it would wait for the GPU)
-    step_microbatches: int = 0  # microbatches run: fewer than planned when the budget ended mid-step
-    step_finite: torch.Tensor | None = None  # on the device: False when a non-finite loss or gradient skipped it
-    grad_norm: torch.Tensor | None = None  # of the applied step, before clipping, on the device
     validation: dict | None = None  # figures of a validation just run, for the next metrics record

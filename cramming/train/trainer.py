@@ -35,18 +35,20 @@ from cramming.train.distributed import Distributed, NodeHandoff
 from cramming.train.divergence import resume_advice
 from cramming.train.heartbeat import Heartbeat, charge_lost_time
 from cramming.train.interrupt import Interrupted
-from cramming.train.loop import Schedule, run_loop
+from cramming.gradient_step import Step
+from cramming.train.loop import Schedule, count_microbatch, counted_finite, run_loop
 from cramming.train.metrics import MetricsLog, MetricsLogger, format_duration
 from cramming.train.microbatch import choose_microbatch
 from cramming.train.optimizers import build_pretraining_optimizer, resolve_optim
 from cramming.train.plots import PlotRefresh, plot_run
 from cramming.train.progress_bar import ProgressBar, use_bar
-from cramming.train.settings import Settings, check_train_config, device_profile, resolve_settings
+from cramming.train.config import check_pretrain_config
+from cramming.train.settings import Settings, device_profile, resolve_settings
 from cramming.train.state import Progress, TrainState
 from cramming.train.nonfinite import NonFiniteLossError, NonFiniteSteps
 from cramming.train.stopping import LocalAgreement, StoppingRule, agreement as rank_agreement
 from cramming.train.techniques import (RunContext, build_techniques, data_stream, extra_memory, prepare_model,
-                                       step_class, wrap_optimizer)
+                                       wrap_optimizer, wrap_step)
 from cramming.train.summary import RunFacts, build_summary, peak_memory_gb, read_records, write_summary
 from cramming.train.telemetry import TelemetrySampler
 from cramming.train.validation import Validation
@@ -66,7 +68,7 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
     (cramming.train.distributed).
     """
     resolve_optim(cfg)
-    check_train_config(cfg)
+    check_pretrain_config(cfg)
     dist = Distributed.from_env()
     if not dist.is_main:  # rank 0 tells the story once; the other ranks speak up only with a warning
         log.setLevel(logging.WARNING)
@@ -144,7 +146,8 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
     clock = BudgetClock(wall_budget, progress.elapsed, time_source(progress))
     nonfinite = NonFiniteSteps(cfg.train.max_nonfinite_steps, cfg.train.check_nonfinite_every, settings.device,
                                progress)
-    state = TrainState(model, optimizer, progress, clock, run_dir, settings.device, tokenizer, nonfinite)
+    state = TrainState(model=model, optimizer=optimizer, progress=progress, clock=clock, run_dir=run_dir,
+                       device=settings.device, tokenizer=tokenizer, nonfinite=nonfinite)
     sequences = settings.microbatch_size * dist.world_size  # per global microbatch
     microbatches = Microbatches(dataset, settings.microbatch_size, dist.rank, dist.world_size,
                                 cfg.train.mlm_rate, cfg.train.seed)
@@ -172,8 +175,10 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
     plots = [PlotRefresh(lambda: checkpointer.newest)] if dist.is_main else []  # after the checkpointer
     bar = [ProgressBar(logger, stopping)] if dist.is_main and use_bar(cfg.logging.progress) else []
     callbacks = CallbackList([*recorded.callbacks, *bar, *heartbeat, checkpointer, *plots])
-    step = step_class(techniques)(_network(model, settings, dist), scaler, settings.precision, dist, stream,
-                                  callbacks, agreement, cfg.train)
+    step = wrap_step(techniques, Step(
+        _network(model, settings, dist), optimizer, scaler, settings.precision, stream,
+        grad_clip=cfg.train.optim.grad_clip, callbacks=callbacks, dist=dist, judge=counted_finite,
+        budget_ran_out=agreement.budget_ran_out, on_microbatch=count_microbatch))
 
     stop_reason, summary = "error", None
     try:

@@ -11,14 +11,6 @@ from omegaconf import OmegaConf
 
 from cramming.errors import CrammingError
 
-MODES = ("disabled", "offline", "online")
-
-
-def check_wandb_config(wandb_cfg) -> None:
-    """Rejected before any work is done, not after data preparation."""
-    if wandb_cfg.mode not in MODES:
-        raise CrammingError(f"wandb.mode={wandb_cfg.mode!r} must be one of {', '.join(MODES)}")
-
 
 class WandbLogger:
     def __init__(self, cfg, run_dir: Path):

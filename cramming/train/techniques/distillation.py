@@ -24,7 +24,7 @@ from cramming.model.crammed_bert import CrammedForMaskedLM
 from cramming.runs import resolve_checkpoint
 from cramming.train.masked import labels_at_logits, logits_at_masks
 from cramming.train.state import TrainState
-from cramming.train.techniques.base import RunContext, Technique, require
+from cramming.train.techniques.base import RunContext, Setting, Technique, require
 
 log = logging.getLogger("pretrain")
 
@@ -52,6 +52,7 @@ def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor
 
 class Distillation(Technique):
     label = "train.distill"
+    settings = (Setting("train.distill", DistillConfig),)
 
     def __init__(self, teacher: Path, alpha: float, temperature: float):
         self.teacher_path, self.alpha, self.temperature = teacher, alpha, temperature

@@ -36,7 +36,7 @@ from cramming.errors import CrammingError
 from cramming.model.checkpoint import load_weights, read_weights
 from cramming.train.encoder import encoder_matrices
 from cramming.train.state import TrainState
-from cramming.train.techniques.base import RunContext, Technique, require
+from cramming.train.techniques.base import RunContext, Setting, Technique, require
 from cramming.train.techniques.lottery import lottery_ticket
 
 log = logging.getLogger("pretrain")
@@ -101,8 +101,17 @@ def gradual_density(fraction: float, density: float, start: float, end: float) -
 
 class Sparsity(Technique):
     label = "train.sparsity"
-    conflicts = {"Stacking": "do not combine: a grown layer would keep its own mask, not its source's",
-                 "SharpnessAware": "do not combine: SAM's move would reach the pruned weights"}
+    settings = (Setting("train.sparsity", SparsityConfig),)
+    conflicts = {"train.stacking": "do not combine: a grown layer would keep its own mask, not its source's",
+                 "train.optim.sam_rho": "do not combine: SAM's move would reach the pruned weights"}
+
+    @staticmethod
+    def speed_notice(cfg, device: torch.device) -> str | None:
+        if cfg.train.sparsity.method != "semi-structured-2:4":
+            return None
+        return ("train.sparsity.method=semi-structured-2:4 is a sparsity ablation, not a speed-up: training masks the "
+                "weights and keeps dense kernels, and on an H100 (torch 2.11) torch.sparse's 2:4 FFN matmuls ran at "
+                "0.13x and 0.09x the dense ones (scripts/bench_sparse.py)")
 
     def __init__(self, method: str, density: float, start: float, end: float, update_every: int, seed: int,
                  ticket: Path | None = None, rewind: Path | None = None):

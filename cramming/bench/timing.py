@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from cramming.data.mlm import synthetic_mlm_batch
 from cramming.model import ModelConfig, build_mlm_model
-from cramming.gradient_step import Step, StepState, backward
+from cramming.gradient_step import Step, StepState
 from cramming.runtime import Precision, prepare_device, recipe_adamw, resolve_device
 
 
@@ -38,21 +38,19 @@ class TimedStep:
         techniques: built ones (cramming.train.techniques), which wrap the optimizer and the step and act at the
         step's callback points, as in pretraining."""
         from cramming.train.callbacks import CallbackList
-        from cramming.train.techniques import wrap_optimizer, wrap_step
+        from cramming.train.techniques import wrap_optimizer
 
         self.model = model.to(device).train()
         self.batch = {key: value.to(device) for key, value in batch.items()}
-        self.precision, self.device = precision, device
+        self.precision, self.device, self.techniques = precision, device, list(techniques)
         plain = getattr(self.model, "_orig_mod", self.model)
-        self.optimizer = wrap_optimizer(techniques, optimizer or recipe_adamw(plain, fused=fused_adamw))
+        self.optimizer = wrap_optimizer(self.techniques, optimizer or recipe_adamw(plain, fused=fused_adamw))
         self.scaler = precision.grad_scaler()
-        callbacks = CallbackList(list(techniques)) if techniques else None
+        self.callbacks = CallbackList(self.techniques) if self.techniques else None
         self.state = StepState(model=plain, device=device)
-        self.training_step = wrap_step(techniques, Step(self.model, self.optimizer, self.scaler, precision,
-                                                        itertools.repeat(self.batch), grad_clip=grad_clip,
-                                                        callbacks=callbacks))
-        if callbacks is not None:
-            callbacks.on_train_start(self.state)
+        self.training_step = self._step(self.model, grad_clip)
+        if self.callbacks is not None:
+            self.callbacks.on_train_start(self.state)
         self.peak_bytes = 0  # on CUDA: this model's weights and optimizer state plus what its step allocates
 
     def resident_bytes(self) -> int:
@@ -67,14 +65,22 @@ class TimedStep:
         """One training step, untimed: the trainer's step on one microbatch."""
         self.training_step.run(self.state)
 
+    def _step(self, network: torch.nn.Module, grad_clip: float | None = None):
+        """The training step on this batch, as the techniques make it (cramming.train.techniques.wrap_step)."""
+        from cramming.train.techniques import wrap_step
+
+        return wrap_step(self.techniques, Step(network, self.optimizer, self.scaler, self.precision,
+                                               itertools.repeat(self.batch), grad_clip=grad_clip,
+                                               callbacks=self.callbacks))
+
     def executed_flops(self) -> float:
-        """FLOPs one forward and backward pass executes, counted by torch's FlopCounterMode on the eager
-        model (attention, the sparse head: what really runs; the optimizer's elementwise work not)."""
+        """FLOPs the step's forward and backward passes execute (SAM's two), counted by torch's FlopCounterMode
+        on the eager model (attention, the sparse head: what really runs; the optimizer's elementwise work not)."""
         from torch.utils.flop_counter import FlopCounterMode
 
-        model = getattr(self.model, "_orig_mod", self.model)  # the counter sees eager operators only
+        model = self.state.model  # the counter sees eager operators only
         with FlopCounterMode(display=False) as counter:
-            backward(model, self.batch, self.precision, self.scaler)
+            self._step(model).gradients(self.state)
         model.zero_grad(set_to_none=True)
         return float(counter.get_total_flops())
 

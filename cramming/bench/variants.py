@@ -49,6 +49,8 @@ def check_variants(variants: list[str], device: torch.device, compiled: bool, dt
         if name not in known:
             raise CrammingError(f"benchmark.variants: {name!r} is unknown; choose from {', '.join(known)}")
         cfg = variant_config(name, ModelConfig(name="variant"))
+        if optimizers()[cfg.train.optim.name].cuda_only and device.type != "cuda":
+            raise CrammingError(f"benchmark.variants: {name} needs a CUDA GPU; this benchmark runs on {device.type}")
         try:
             check_on_device(cfg, device, compiled, dtype, 1)
         except CrammingError as problem:
@@ -56,8 +58,7 @@ def check_variants(variants: list[str], device: torch.device, compiled: bool, dt
             raise CrammingError(f"benchmark.variants: {message.replace('impl.precision=', 'benchmark.dtype=')}") \
                 from None
         enabled = [technique for technique in TECHNIQUES if technique.enabled(cfg)]
-        needs_cuda = any(technique.needs_cuda for technique in enabled) or optimizers()[cfg.train.optim.name].cuda_only
-        if needs_cuda and device.type != "cuda":
+        if any(technique.needs_cuda for technique in enabled) and device.type != "cuda":
             raise CrammingError(f"benchmark.variants: {name} needs a CUDA GPU; this benchmark runs on {device.type}")
     if len(set(variants)) != len(variants):
         raise CrammingError(f"benchmark.variants={variants} names a variant twice")

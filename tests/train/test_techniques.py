@@ -141,7 +141,8 @@ def test_stacking_resumes_exactly_after_a_growth_step(shared_cache, tmp_path, ca
     """Stages [2, 4] over 6 steps: the model grows before step 4 (progress 3/6); the checkpoint after
     step 4 holds the grown model and the copied optimizer state, and the resumed run goes on from it."""
     with caplog.at_level(logging.INFO, logger="pretrain"):
-        straight, resumed = straight_and_resumed(tmp_path, [*UNDER_THE_CLOCK["stacking"], "train.max_steps=6"], 5)
+        straight, resumed = straight_and_resumed(tmp_path, ["train.stacking.stages=[2,4]", "arch.num_layers=4",
+                                                                  "train.max_steps=6"], 5)
     assert "stacking: grew from 2 to 4 layers at step 3 (50% of training)" in caplog.text
     assert_same_training(straight, resumed)
 

@@ -57,7 +57,7 @@ class GlueConfig:
     baseline: Optional[str] = None  # an earlier glue_results.json: its scores become a row of the report
     save_models: bool = False  # keep each fine-tuned classifier (transformers format) under <output_dir>/models/
     predict_test: bool = False  # GLUE-server submission files from the test splits: <output_dir>/glue_submission.zip
-    # Up to floor(fraction * rows) malformed rows of a TSV file are skipped and reported; more are an error.
+    # Up to floor(fraction * rows) malformed rows of a task's file are skipped and reported; more are an error.
     max_malformed_fraction: float = 0.001
 
 

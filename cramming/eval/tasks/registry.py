@@ -3,11 +3,13 @@
 from cramming.errors import CrammingError
 from cramming.eval.tasks.base import Task
 from cramming.eval.tasks.glue import GLUE_TASKS
+from cramming.eval.tasks.local import LocalTask
 from cramming.eval.tasks.swag import Swag
 
 TASKS: dict[str, Task] = {task.name: task for task in (
     *GLUE_TASKS,  # cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli
     Swag(),
+    LocalTask(),
 )}
 
 

@@ -13,6 +13,7 @@ from cramming.errors import CrammingError
 from cramming.eval import metrics
 from cramming.eval.batching import EncodedSplit, collate, evaluation_batches, training_batches
 from cramming.eval.config import GlueConfig
+from cramming.eval.tasks.base import DataMissing
 from cramming.gradient_step import apply_update, backward
 from cramming.runtime import Precision, build_optimizer, lr_multiplier
 
@@ -123,8 +124,7 @@ def glue_dev_scores(folder: Path, task_name: str, glue_dir: str | None) -> dict:
     on the CPU, with the GLUE protocol's tokenization; the task loads, encodes and scores as in eval_glue.py."""
     from transformers import AutoTokenizer
 
-    from cramming.eval.tasks.base import DataMissing
-    from cramming.eval.tasks.registry import TASKS
+    from cramming.eval.tasks.registry import TASKS  # (the registry's GLUE tasks import this module)
 
     if task_name not in TASKS:
         raise CrammingError(f"quantize_eval_task={task_name!r} is not a GLUE task; choose one of {', '.join(TASKS)}")
@@ -141,7 +141,7 @@ def glue_dev_scores(folder: Path, task_name: str, glue_dir: str | None) -> dict:
     try:
         data = task.load(glue_dir, protocol.max_malformed_fraction)
     except DataMissing as reason:
-        raise CrammingError(f"quantize_eval_task={task_name}: no dev split to score ({reason})") from None
+        raise CrammingError(f"quantize_eval_task={task_name}: no data to score it on ({reason})") from None
     cpu, fp32 = torch.device("cpu"), Precision("fp32", "cpu")
     scores = {}
     for name, split in data.evaluations.items():

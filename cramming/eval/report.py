@@ -6,7 +6,7 @@ from typing import Optional
 
 from cramming.eval.metrics import format_scores
 from cramming.eval.parameter_efficient import FULL_FINE_TUNING
-from cramming.eval.tasks.glue import COLUMNS, PROTOCOL_NUMBERS, REFERENCE_ROWS
+from cramming.eval.tasks.glue import COLUMNS, METRICS_NOTE, PROTOCOL_NUMBERS, REFERENCE_ROWS
 from cramming.files import write_atomically
 
 
@@ -71,7 +71,7 @@ def _score_table(results: dict) -> list[str]:
             if name == protocol:
                 lines += _peft_summary(results)
         lines += ["", "| model | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|", *rows]
-    lines += ["", "Metrics: CoLA Matthews correlation; STSB Pearson; MRPC and QQP F1; the rest accuracy."]
+    lines += ["", METRICS_NOTE]
     if len(tables) > 1:
         lines.append("Each protocol has its own table: scores and averages do not compare across tables.")
     if partial:

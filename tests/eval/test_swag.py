@@ -17,6 +17,7 @@ from transformers import (AutoModelForMultipleChoice, AutoTokenizer, BertConfig,
 from cramming.errors import CrammingError
 from cramming.eval.batching import collate, evaluation_batches
 from cramming.eval.encoders import open_encoder
+from cramming.eval.finetune import glue_dev_scores
 from cramming.eval.run import run_glue
 from cramming.eval.tasks.base import DataMissing
 from cramming.eval.tasks.registry import TASKS
@@ -204,6 +205,11 @@ def test_our_export_scores_swag_as_our_checkpoint_does_and_both_keep_a_multiple_
     for run in ("direct", "exported"):
         kept = accuracy_of_kept_model(tmp_path / run / "models" / "swag-seed0", validation)
         assert kept == pytest.approx(direct["scores"]["swag"]["accuracy"], abs=1e-3), run
+    # what quantize_eval_task=swag scores (scripts/export.py): the kept model through the task's own encoding
+    kept_scores = glue_dev_scores(tmp_path / "direct" / "models" / "swag-seed0", "swag", str(swag_dir))
+    assert kept_scores["swag"]["accuracy"] == pytest.approx(direct["scores"]["swag"]["accuracy"], abs=1e-3)
+    with pytest.raises(CrammingError, match=r"^quantize_eval_task=swag: no data to score it on \(.*not found\)$"):
+        glue_dev_scores(tmp_path / "direct" / "models" / "swag-seed0", "swag", str(tmp_path / "nowhere"))
 
 
 def bert_like_folder(folder: Path, config_class, model_class) -> Path:

@@ -36,7 +36,7 @@ class EvalSplit:
 @dataclass
 class TaskData:
     task: "Task"
-    train: Any  # the task's split type (TextSplit, ChoiceSplit): len() examples, `source`, `skipped_rows`
+    train: Any  # the task's own split type: len() examples, `source`, `skipped_rows`
     evaluations: dict[str, Any]  # by EvalSplit.name
     missing_evaluations: dict[str, str]  # EvalSplit.name -> why it is missing
 

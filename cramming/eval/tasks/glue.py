@@ -136,6 +136,7 @@ PROTOCOL_NUMBERS: tuple[tuple[str, str], ...] = tuple(
 # The report's table: the nine numbers in these columns (MNLI's matched and mismatched share the first), and
 # the published GLUE dev scores under the same protocol (DESIGN.md section 3), nine numbers and the average.
 COLUMNS = ("MNLI (m/mm)", "SST-2", "STSB", "RTE", "QNLI", "QQP", "MRPC", "CoLA", "Average")
+METRICS_NOTE = "Metrics: CoLA Matthews correlation; STSB Pearson; MRPC and QQP F1; the rest accuracy."
 REFERENCE_ROWS: dict[str, tuple[float, ...]] = {
     "BERT-base, fully trained": (83.2, 83.4, 91.9, 86.7, 59.2, 90.6, 87.7, 89.3, 56.5, 80.9),
     "BERT-base, no pretraining": (34.1, 34.1, 79.9, 17.8, 47.3, 50.0, 68.6, 77.9, 0.0, 45.5),

@@ -27,7 +27,6 @@ class LocalTask(TextClassification):
 
     def __init__(self, settings: Optional[LocalTaskConfig] = None):
         """`settings` checked (configured() does that); None: the registry's entry, set up by configured()."""
-        self.settings = settings
         if settings is not None:
             self.folder = Path(settings.folder)
             self.text_columns = (settings.text_columns[0], (settings.text_columns[1:] or [None])[0])

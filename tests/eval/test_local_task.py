@@ -46,8 +46,8 @@ def checkpoint(tmp_path_factory) -> Path:
 def folder(tmp_path_factory) -> Path:
     """<folder>/{train,dev}.tsv with an id, a review and a sentiment column."""
     root = tmp_path_factory.mktemp("reviews")
-    write_tsv(root / "train.tsv", reviews(96, seed=0))
-    write_tsv(root / "dev.tsv", reviews(40, seed=1))
+    write_tsv(root / "train.tsv", reviews(64, seed=0))
+    write_tsv(root / "dev.tsv", reviews(24, seed=1))
     return root
 
 
@@ -58,11 +58,11 @@ SETTINGS = ("eval.local.text_columns=[review]", "eval.local.label_column=sentime
 @pytest.mark.slow
 def test_eval_glue_scores_a_tsv_folder_beside_glue_and_keeps_the_model_that_scored(checkpoint, folder, tmp_path):
     run = in_subprocess("eval_glue", f"ckpt={checkpoint}", "eval.tasks=[local]", *SETTINGS, f"eval.local.folder={folder}",
-                        "eval.epochs=2", "eval.lr=3e-3", "eval.save_models=true", f"output_dir={tmp_path}",
+                        "eval.epochs=1", "eval.save_models=true", f"output_dir={tmp_path}",
                         timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     console = run.stdout + run.stderr
-    assert "local: 96 train examples, evaluation on local (40)" in console and "LOCAL accuracy" in console
+    assert "local: 64 train examples, evaluation on local (24)" in console and "LOCAL accuracy" in console
     results = json.loads((tmp_path / "glue_results.json").read_text())
     assert results["glue_score"] is None and results["beyond_glue"] == {"local": "accuracy"}
     assert set(results["scores"]) == {"local"} and set(results["scores"]["local"]) == {"accuracy"}
@@ -73,7 +73,7 @@ def test_eval_glue_scores_a_tsv_folder_beside_glue_and_keeps_the_model_that_scor
     kept = tmp_path / "models" / "local-seed0"
     model = AutoModelForSequenceClassification.from_pretrained(kept, trust_remote_code=True).eval()
     tokenizer = AutoTokenizer.from_pretrained(kept, trust_remote_code=True)
-    dev = reviews(40, seed=1)
+    dev = reviews(24, seed=1)
     with torch.no_grad():
         logits = model(**tokenizer([review for _, review, _ in dev], padding=True, return_tensors="pt")).logits
     gold = torch.tensor([LABELS.index(sentiment) for _, _, sentiment in dev])

@@ -212,6 +212,7 @@ def run_benchmark(cfg: BenchmarkConfig) -> Path:
     peak_tflops, peak_note = device_peak_tflops(s, device)
     print(f"device: {device_name}; peak: {peak_note}", flush=True)
 
+    torch.compiler.reset()  # compile afresh: an earlier benchmark in this process would make its shapes dynamic
     torch.manual_seed(s.seed)
     batch = synthetic_mlm_batch(s.batch_size, s.seq_length, s.vocab_size, s.mlm_rate, s.seed)
     ours, theirs = build_mlm_model(arch, s.vocab_size), hf_bert(arch, s.vocab_size, s.seq_length)

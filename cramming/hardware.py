@@ -53,6 +53,13 @@ def matching_profile(device_name: str, known: dict[str, GpuProfile]) -> GpuProfi
     return known[max(found)[1]] if found else None
 
 
+def card_profile_name(device_name: str, known: dict[str, GpuProfile]) -> str:
+    """The name gpu=auto gives the card called `device_name`: its profile's, or auto:<its name> for a card
+    no profile matches."""
+    matched = matching_profile(device_name, known)
+    return matched.name if matched is not None else f"auto:{device_name}"
+
+
 def resolve_auto(profile: GpuProfile, known: dict[str, GpuProfile]) -> GpuProfile:
     """For gpu=auto: the known profile of the detected card (matching_profile), or cpu without a GPU."""
     if profile.name != "auto":

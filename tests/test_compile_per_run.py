@@ -73,3 +73,18 @@ def test_a_benchmark_after_another_compiles_static_shapes(compiled_graphs, tmp_p
         before = len(compiled_graphs)
         run_benchmark(compose_command("benchmark", settings))
         assert compiled_graphs[before:] and not any(compiled_graphs[before:]), f"batch size {batch_size}"
+
+
+def test_the_calculators_compiled_fit_compiles_each_shape_statically(compiled_graphs, tmp_path, capsys):
+    """fit=true compiles every shape of its grid (on a GPU, as training does), each afresh: the second batch
+    size of a model was traced with a dynamic batch dimension without the reset (and a ninth model ran eagerly)."""
+    from cramming.calculator.config import CalculatorConfig, FitGrid
+    from cramming.calculator.measure import fit_speed
+    from cramming.hardware import known_profiles
+
+    grid = FitGrid(depths=[1, 2], widths=[32], batches=[2, 3], compile=True, steps=1)
+    cfg = CalculatorConfig(gpu=known_profiles()["cpu"], fit_grid=grid, vocab_size=128, seq_length=32,
+                           cache_dir=str(tmp_path))
+    fit_speed(cfg, cfg.gpu)
+    shapes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("fit: ") and " x " in line]
+    assert len(shapes) == 4 and compiled_graphs == [False] * 4  # one static graph of each shape

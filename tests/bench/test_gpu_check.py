@@ -14,6 +14,7 @@ import torch
 
 from cramming.bench import gpu_check
 from cramming.bench.gpu_check import STAGES, GpuCheckConfig, run_gpu_check, run_stage
+from cramming.bench.gpu_report import markdown
 from cramming.bench.gpu_suite import read_outcomes
 from cramming.bench.inspect import sdpa_kernel_used
 from cramming.errors import CrammingError
@@ -162,6 +163,37 @@ def test_the_sdpa_kernel_reported_is_the_one_sdpa_ran():
     assert sdpa_kernel_used(2, 4, 128, 32, "bf16", cpu) == "flash (CPU)"
     with sdpa_kernel(SDPBackend.MATH):
         assert sdpa_kernel_used(2, 4, 128, 32, "bf16", cpu) == "math"
+
+
+def test_the_bench_stage_on_a_gpu_reports_each_modes_own_peak_memory(tmp_path, monkeypatch):
+    """The bench stage's CUDA branch, with the benchmark stood in for (it needs the GPU): each mode's peak
+    memory is each model's own from that mode's steps. It read the process's peak once after both modes,
+    compiled and eager, ours and BERT's, all at once."""
+    received = []
+
+    def benchmark(cfg):
+        s = cfg.benchmark
+        received.append((cfg.arch.name, s.dtype, s.batch_size, s.compile, s.device))
+        peak = 9.0 if s.compile else 12.0  # what each mode's own steps allocated
+        written = tmp_path / f"compiled-{s.compile}.json"
+        written.write_text(json.dumps({
+            "arch": {"num_heads": 12, "hidden_size": 768}, "ratio": 1.5,
+            "settings": {"batch_size": s.batch_size, "seq_length": s.seq_length, "dtype": s.dtype},
+            "ours": {"tokens_per_s": 5e5, "mfu": 0.3, "peak_memory_gib": peak},
+            "hf_bert": {"tokens_per_s": 3e5, "mfu": 0.25, "peak_memory_gib": peak + 2}}))
+        return written
+
+    kernels = []
+    monkeypatch.setattr("cramming.bench.benchmark.run_benchmark", benchmark)
+    monkeypatch.setattr("cramming.bench.inspect.sdpa_kernel_used", lambda *shape: kernels.append(shape) or "flash")
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a, **k: pytest.fail("the process's peak"))
+    result = gpu_check._bench(GpuCheckConfig(device="cuda", output_dir=str(tmp_path)), tmp_path)
+    assert received == [("crammed-bert", "bf16", 128, True, "cuda"), ("crammed-bert", "bf16", 128, False, "cuda")]
+    assert kernels == [(128, 12, 128, 64, "bf16", torch.device("cuda"))]  # (B, nh, T, hs) of the model timed
+    section = markdown("bench", {**result, "device": "a GPU", "stage_seconds": 1.0})
+    assert "| compiled | 500,000 | 30.0% | 9.00 | 300,000 | 25.0% | 11.00 | 1.50x |" in section
+    assert "| eager | 500,000 | 30.0% | 12.00 | 300,000 | 25.0% | 14.00 | 1.50x |" in section
+    assert "SDPA kernel at the model's attention shape: flash." in section
 
 
 def test_the_gpu_budget_test_holds_when_compilation_leaves_one_step(shared_cache, tmp_path, simulated_clock):

@@ -30,6 +30,7 @@ from cramming.bench.gpu_report import STAGES, record_stage
 from cramming.bench.gpu_suite import SELECTIONS
 from cramming.composition import compose_config
 from cramming.errors import CrammingError
+from cramming.train.interrupt import Interrupted
 
 log = logging.getLogger(__name__)
 BENCH_MODES = ("compiled", "eager")
@@ -105,17 +106,22 @@ def device_label(cfg: GpuCheckConfig) -> str:
 
 
 def run_stage(stage: str, cfg: GpuCheckConfig, out: Path) -> dict:
-    """One stage in this process: its result, or the error that stopped it (logged with its traceback), recorded."""
+    """One stage in this process: its result, or the error that stopped it (logged with its traceback),
+    recorded. A stopped cram (Ctrl-C, SIGTERM: stage=quick's limit) is recorded, then stops the check."""
     for earlier in (out / f"{stage}.json", out / f"{stage}.md"):  # an earlier check's: not this one's result
         earlier.unlink(missing_ok=True)
     log.info("gpu_check: stage %s", stage)
-    started = time.perf_counter()
+    started, stopped = time.perf_counter(), None
     try:
         result = {"tests": _tests, "bench": _bench, "cram": _cram, "glue": _glue}[stage](cfg, out)
     except Exception as error:  # reported as this stage's failure; the next stage still runs
         log.error("gpu_check: stage %s failed", stage, exc_info=not isinstance(error, CrammingError))
         result = {"error": str(error) if isinstance(error, CrammingError) else f"{type(error).__name__}: {error}"}
-    return record_stage(out, stage, result, time.perf_counter() - started, device_label(cfg))
+        stopped = error if isinstance(error, Interrupted) else None
+    recorded = record_stage(out, stage, result, time.perf_counter() - started, device_label(cfg))
+    if stopped is not None:
+        raise stopped
+    return recorded
 
 
 def _tests(cfg: GpuCheckConfig, out: Path) -> dict:

@@ -6,6 +6,7 @@ runs, and the command fails at the end."""
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -18,6 +19,7 @@ from cramming.bench.gpu_report import markdown
 from cramming.bench.gpu_suite import read_outcomes
 from cramming.bench.inspect import sdpa_kernel_used
 from cramming.errors import CrammingError
+from cramming.train.interrupt import Interrupted
 from cramming.train.trainer import pretrain
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT, SHARED_DATA
@@ -129,6 +131,14 @@ def test_a_failed_stage_is_recorded_and_the_check_fails_after_the_others(tmp_pat
     assert glue["error"].startswith("stage=glue scores the cram stage's checkpoint")
     monkeypatch.setattr(gpu_check, "_bench", lambda cfg, out: 1 / 0)
     assert run_stage("bench", cfg, tmp_path)["error"] == "ZeroDivisionError: division by zero"
+
+    def stopped(cfg, out):  # Ctrl-C or SIGTERM (stage=quick's limit) in a cram: recorded, then the check stops
+        raise Interrupted("stopped at step 3; checkpoint c", signal.SIGTERM)
+
+    monkeypatch.setattr(gpu_check, "_cram", stopped)
+    with pytest.raises(Interrupted):
+        run_stage("cram", cfg, tmp_path)
+    assert json.loads((tmp_path / "cram.json").read_text())["error"] == "stopped at step 3; checkpoint c"
     (tmp_path / "outcomes.jsonl").write_text("".join(json.dumps(line) + "\n" for line in [
         {"test": "tests/gpu/test_x.py::test_a", "when": "call", "outcome": "passed", "seconds": 1.0},
         {"test": "tests/gpu/test_x.py::test_b", "when": "call", "outcome": "failed", "seconds": 0.5},
@@ -140,7 +150,7 @@ def test_a_failed_stage_is_recorded_and_the_check_fails_after_the_others(tmp_pat
         run_gpu_check(GpuCheckConfig(stage="tests", device="cpu", output_dir=str(tmp_path)))
     report = (tmp_path / "report.md").read_text()
     assert "0 passed, 2 failed, 0 skipped" in report
-    assert report.count("- **failed**: ") == 3  # tests, bench, glue
+    assert report.count("- **failed**: ") == 4  # tests, bench, cram, glue
 
 
 @pytest.mark.parametrize("setting, message", [

@@ -101,6 +101,12 @@ def run_gpu_check(cfg: GpuCheckConfig) -> dict:
     return results
 
 
+def override(key: str, value) -> str:
+    """key='value', quoted for Hydra's grammar: a glob's brackets (shards/train-00[01].txt.gz), a path's commas."""
+    escaped = str(value).replace("'", "\\'")
+    return f"{key}='{escaped}'"
+
+
 def device_label(cfg: GpuCheckConfig) -> str:
     return torch.cuda.get_device_name() if cfg.device == "cuda" else "cpu (dry run)"
 
@@ -142,7 +148,7 @@ def _bench(cfg: GpuCheckConfig, out: Path) -> dict:
     else:
         common = ["arch=crammed-bert-tiny", "benchmark.batch_size=4", "benchmark.steps=1", "benchmark.warmup_steps=1",
                   "benchmark.vocab_size=512"]
-    common += [f"benchmark.device={cfg.device}", f"benchmark.output_dir={out / 'bench'}"]
+    common += [f"benchmark.device={cfg.device}", override("benchmark.output_dir", out / "bench")]
     results = {}
     for mode in [mode for mode in BENCH_MODES if mode in cfg.bench_modes]:
         if mode == "compiled" and cfg.device == "cpu":
@@ -159,15 +165,20 @@ def _bench(cfg: GpuCheckConfig, out: Path) -> dict:
     return results
 
 
+def cram_overrides(cfg: GpuCheckConfig, out: Path) -> list[str]:
+    """The cram stage's pretraining command line."""
+    data = ["data=embedded"] if cfg.data_files is None else ["data=local", override("data.files", cfg.data_files)]
+    arch = ["arch=crammed-bert", "gpu=auto"] if cfg.device == "cuda" else ["arch=crammed-bert-tiny", "gpu=cpu"]
+    minutes = cfg.cram_minutes if cfg.cram_minutes is not None else 5.0
+    return [*data, *arch, f"budget={minutes / 60}", "name=cram", override("output_dir", out),
+            override("cache_dir", out / "cache"), "logging.progress=lines"]
+
+
 def _cram(cfg: GpuCheckConfig, out: Path) -> dict:
     from cramming.train.config import PretrainConfig  # noqa: F401  (registers the schemas pretrain.yaml names)
     from cramming.train.trainer import pretrain
 
-    data = ["data=embedded"] if cfg.data_files is None else ["data=local", f"data.files={cfg.data_files}"]
-    arch = ["arch=crammed-bert", "gpu=auto"] if cfg.device == "cuda" else ["arch=crammed-bert-tiny", "gpu=cpu"]
-    minutes = cfg.cram_minutes if cfg.cram_minutes is not None else 5.0
-    overrides = [*data, *arch, f"budget={minutes / 60}", "name=cram", f"output_dir={out}",
-                 f"cache_dir={out / 'cache'}", "logging.progress=lines"]
+    overrides = cram_overrides(cfg, out)
     run_dir = pretrain(compose_config("pretrain", overrides))
     summary = json.loads((run_dir / "summary.json").read_text())
     return {"run_dir": str(run_dir), "overrides": overrides, "summary": summary}

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import cramming
+from cramming.bench.gpu_check import override
 from cramming.bench.gpu_report import record_stage
 from cramming.bench.gpu_suite import read_outcomes
 
@@ -30,17 +31,12 @@ GRACE_SECONDS = 10.0  # between SIGTERM and SIGKILL, within the part's limit
 
 def run_quick(cfg, out: Path, device: str) -> dict:
     """Each part in turn in its own process; {part: its result} (an "error" where it failed)."""
-    shared = [f"device={cfg.device}", _setting("output_dir", out.resolve()), f"bench_batch_size={cfg.bench_batch_size}",
-              f"cram_minutes={cfg.cram_minutes if cfg.cram_minutes is not None else QUICK_CRAM_MINUTES}"]
-    shared += [_setting(key, getattr(cfg, key)) for key in ("data_files", "glue_dir") if getattr(cfg, key) is not None]
+    minutes = cfg.cram_minutes if cfg.cram_minutes is not None else QUICK_CRAM_MINUTES
+    shared = [f"device={cfg.device}", override("output_dir", out.resolve()), f"cram_minutes={minutes}",
+              f"bench_batch_size={cfg.bench_batch_size}"]
+    shared += [override(key, getattr(cfg, key)) for key in ("data_files", "glue_dir") if getattr(cfg, key) is not None]
     return {part: run_part(part, [*shared, *settings], getattr(cfg.quick_limits, part), out, device)
             for part, settings in PARTS.items()}
-
-
-def _setting(key: str, value) -> str:
-    """key='value', quoted for Hydra's grammar (a glob's brackets, a path's commas)."""
-    escaped = str(value).replace("'", "\\'")
-    return f"{key}='{escaped}'"
 
 
 def run_part(part: str, settings: list[str], limit: float, out: Path, device: str) -> dict:

@@ -18,6 +18,7 @@ from cramming.bench.gpu_check import STAGES, GpuCheckConfig, run_gpu_check, run_
 from cramming.bench.gpu_report import markdown
 from cramming.bench.gpu_suite import read_outcomes
 from cramming.bench.inspect import sdpa_kernel_used
+from cramming.composition import compose_config as compose_command
 from cramming.errors import CrammingError
 from cramming.train.interrupt import Interrupted
 from cramming.train.trainer import pretrain
@@ -162,6 +163,16 @@ def test_bad_settings_are_one_line(tmp_path, setting, message):
     run = in_process("gpu_check", "device=cpu", setting, f"output_dir={tmp_path}")
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1] == message
+
+
+def test_the_cram_stages_shards_may_be_a_glob_with_brackets(tmp_path):
+    """data_files='shards/train-00[01].txt.gz' (two shards, as a short GPU slot carries) reaches the
+    pretraining config as it was given: unquoted, Hydra's grammar read the brackets and refused it."""
+    from cramming.train.config import PretrainConfig  # noqa: F401  (registers the schemas pretrain.yaml names)
+
+    cfg = GpuCheckConfig(stage="cram", device="cpu", data_files="shards/train-00[01].txt.gz")
+    composed = compose_command("pretrain", gpu_check.cram_overrides(cfg, tmp_path / "a,b"))
+    assert composed.data.files == "shards/train-00[01].txt.gz" and composed.output_dir == str(tmp_path / "a,b")
 
 
 def test_the_sdpa_kernel_reported_is_the_one_sdpa_ran():

@@ -67,6 +67,7 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
     """
     resolve_optim(cfg)
     check_train_config(cfg)
+    torch.compiler.reset()  # compile afresh: earlier runs in this process may have spent dynamo's recompile limit
     dist = Distributed.from_env()
     if not dist.is_main:  # rank 0 tells the story once; the other ranks speak up only with a warning
         log.setLevel(logging.WARNING)

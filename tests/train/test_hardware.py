@@ -7,8 +7,10 @@ from cramming.hardware import (
     budget_seconds,
     check_profile,
     known_profiles,
+    matching_profile,
     model_flops_utilization,
     resolve_auto,
+    warn_if_mismatched,
 )
 
 REQUIRED = {"2080ti", "3060ti", "a4000", "a6000", "v100", "a100", "h100", "h200", "cpu"}
@@ -34,6 +36,57 @@ def test_auto_without_a_gpu_is_the_cpu_profile(no_gpu):
     profiles = known_profiles()
     assert resolve_auto(GpuProfile(name="auto"), profiles).name == "cpu"
     assert resolve_auto(profiles["a6000"], profiles).name == "a6000"  # only auto is resolved
+
+
+# torch.cuda.get_device_name() of each card -> its profile and dense bf16 (2080 Ti: fp16) peak. The H100s' are
+# NVIDIA's datasheet figures with sparsity, halved; both A100s have the same datasheet peak.
+CARDS = {
+    "NVIDIA H100 80GB HBM3": ("h100", 989.0),  # the SXM card
+    "NVIDIA H100 PCIe": ("h100-pcie", 756.0),
+    "NVIDIA H100 NVL": ("h100-nvl", 835.0),
+    "NVIDIA H200": ("h200", 989.0),
+    "NVIDIA H200 NVL": ("h200-nvl", 835.0),
+    "NVIDIA A100-SXM4-80GB": ("a100", 312.0),
+    "NVIDIA A100 80GB PCIe": ("a100", 312.0),
+    "NVIDIA A100-PCIE-40GB": ("a100", 312.0),
+    "NVIDIA GeForce RTX 2080 Ti": ("2080ti", 53.8),
+}
+
+
+def one_card(monkeypatch, name: str) -> list:
+    """torch.cuda as on a machine with this card; returns the devices get_device_name was asked about."""
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: asked.append(device) or name)
+    return asked
+
+
+@pytest.mark.parametrize("card", CARDS)
+def test_auto_gives_the_exact_card_its_own_peak(monkeypatch, card):
+    """An H100 PCIe holds "H100" too: it was scored as the SXM (989 TFLOP/s) before the longest match won."""
+    asked = one_card(monkeypatch, card)
+    profile = resolve_auto(GpuProfile(name="auto"), known_profiles())
+    assert (profile.name, profile.peak_tflops) == CARDS[card]
+    assert asked == [None]  # the current device: the one the run uses
+
+
+def test_no_profile_is_shadowed_by_another():
+    """Every profile's own names find that profile, whatever order the profiles are read in."""
+    profiles = known_profiles()
+    for order in (profiles, dict(reversed(profiles.items()))):
+        for profile in profiles.values():
+            for pattern in profile.match:
+                assert matching_profile(f"NVIDIA {pattern}", order).name == profile.name
+    assert matching_profile("NVIDIA B200", profiles) is None
+
+
+def test_a_profile_run_on_another_card_names_the_cards_own(monkeypatch, caplog):
+    one_card(monkeypatch, "NVIDIA H100 PCIe")
+    warn_if_mismatched(known_profiles()["h100"])
+    assert "gpu=h100 is a profile for H100, but this is NVIDIA H100 PCIe (gpu=h100-pcie)" in caplog.text
+    caplog.clear()
+    warn_if_mismatched(known_profiles()["h100-pcie"])
+    assert caplog.text == ""
 
 
 def test_a_gpu_profile_without_a_gpu_is_a_clear_error(no_gpu):

@@ -43,16 +43,33 @@ def check_profile(profile: GpuProfile) -> None:
         raise CrammingError(f"gpu={profile.name} asks for bf16, which {torch.cuda.get_device_name()} lacks")
 
 
+def matching_profile(device_name: str, known: dict[str, GpuProfile]) -> GpuProfile | None:
+    """The profile of the card `torch.cuda.get_device_name()` calls `device_name`: among the profiles with a
+    `match` substring in the name, the one with the longest such substring (the most specific), so that an
+    "NVIDIA H100 PCIe" is h100-pcie (756 TFLOP/s) and not h100 (the SXM's 989), whose `H100` it also holds."""
+    name = device_name.lower()
+    found = [(len(pattern), profile.name) for profile in known.values() for pattern in profile.match
+             if pattern.lower() in name]
+    return known[max(found)[1]] if found else None
+
+
+def card_profile_name(device_name: str, known: dict[str, GpuProfile]) -> str:
+    """The name gpu=auto gives the card called `device_name`: its profile's, or auto:<its name> for a card
+    no profile matches."""
+    matched = matching_profile(device_name, known)
+    return matched.name if matched is not None else f"auto:{device_name}"
+
+
 def resolve_auto(profile: GpuProfile, known: dict[str, GpuProfile]) -> GpuProfile:
-    """For gpu=auto: the known profile whose `match` names the detected card (or cpu without a GPU)."""
+    """For gpu=auto: the known profile of the detected card (matching_profile), or cpu without a GPU."""
     if profile.name != "auto":
         return profile
     if not torch.cuda.is_available():
         return known["cpu"]
     detected = torch.cuda.get_device_name()
-    for candidate in known.values():
-        if any(pattern.lower() in detected.lower() for pattern in candidate.match):
-            return candidate
+    matched = matching_profile(detected, known)
+    if matched is not None:
+        return matched
     log.warning("no profile matches %s; using its reported memory and no peak FLOP/s (no MFU)", detected)
     return GpuProfile(
         name=f"auto:{detected}",
@@ -66,8 +83,10 @@ def warn_if_mismatched(profile: GpuProfile) -> None:
     if profile.device != "cuda" or not profile.match:
         return
     detected = torch.cuda.get_device_name()
-    if not any(pattern.lower() in detected.lower() for pattern in profile.match):
-        log.warning("gpu=%s is a profile for %s, but this is %s", profile.name, "/".join(profile.match), detected)
+    card = matching_profile(detected, known_profiles())
+    if card is None or card.name != profile.name:
+        log.warning("gpu=%s is a profile for %s, but this is %s%s", profile.name, "/".join(profile.match), detected,
+                    f" (gpu={card.name})" if card else "")
 
 
 def model_flops_utilization(tokens_per_second: float, flops_per_token: float, peak_tflops: float | None):

@@ -25,7 +25,7 @@ from cramming.bench.variants import check_variants, variant_step
 from cramming.data.mlm import synthetic_mlm_batch
 from cramming.data.tokenizer import SPECIAL_TOKENS
 from cramming.errors import CrammingError
-from cramming.hardware import known_profiles, model_flops_utilization
+from cramming.hardware import known_profiles, matching_profile, model_flops_utilization
 from cramming.model import ModelConfig, build_mlm_model, training_flops_per_token
 from cramming.model.config import as_model_config
 from cramming.provenance import cpu_model
@@ -144,10 +144,9 @@ def device_peak_tflops(s: BenchmarkSettings, device: torch.device) -> tuple[Opti
     if s.peak_tflops is not None:
         return s.peak_tflops, f"{s.peak_tflops} TFLOP/s (benchmark.peak_tflops)"
     if device.type == "cuda" and s.dtype != "fp32":
-        name = torch.cuda.get_device_name(device).lower()
-        for profile in known_profiles().values():
-            if profile.peak_tflops and any(pattern.lower() in name for pattern in profile.match):
-                return profile.peak_tflops, f"{profile.peak_tflops} TFLOP/s (configs/gpu/{profile.name}.yaml)"
+        profile = matching_profile(torch.cuda.get_device_name(device), known_profiles())
+        if profile is not None and profile.peak_tflops:
+            return profile.peak_tflops, f"{profile.peak_tflops} TFLOP/s (configs/gpu/{profile.name}.yaml)"
     return None, "unknown for this device and dtype: no MFU (set benchmark.peak_tflops)"
 
 
@@ -213,6 +212,7 @@ def run_benchmark(cfg: BenchmarkConfig) -> Path:
     peak_tflops, peak_note = device_peak_tflops(s, device)
     print(f"device: {device_name}; peak: {peak_note}", flush=True)
 
+    torch.compiler.reset()  # compile afresh: an earlier benchmark in this process would make its shapes dynamic
     torch.manual_seed(s.seed)
     batch = synthetic_mlm_batch(s.batch_size, s.seq_length, s.vocab_size, s.mlm_rate, s.seed)
     ours, theirs = build_mlm_model(arch, s.vocab_size), hf_bert(arch, s.vocab_size, s.seq_length)

@@ -23,11 +23,11 @@ import torch
 from cramming.data.config import NormalizeConfig, TokenizerConfig
 from cramming.data.tokenizer import as_transformers_tokenizer, train_tokenizer
 from cramming.errors import CrammingError, exit_on_user_error
-from cramming.eval.batching import encode_split, subset
+from cramming.eval.batching import subset
 from cramming.eval.config import GlueConfig
-from cramming.eval.data import get_task, load_task
 from cramming.eval.encoders import open_encoder
 from cramming.eval.finetune import evaluate, finetune
+from cramming.eval.tasks.registry import task_named
 from cramming.model import ModelConfig, build_mlm_model
 from cramming.model.checkpoint import save_pretrained
 from cramming.model.crammed_bert import Encoder
@@ -44,7 +44,7 @@ def padded_path():
 def make_checkpoint(directory: Path, glue_dir: Path, args) -> Path:
     texts = []
     for task in TASKS:
-        split = load_task(get_task(task), str(glue_dir), 0.001).train
+        split = task_named(task).load(str(glue_dir), 0.001).train
         texts += split.text_a + [text for text in split.text_b or [] if text]
     tokenizer_cfg = TokenizerConfig(kind="wordpiece", vocab_size=args.vocab, min_frequency=1)
     tokenizer = as_transformers_tokenizer(train_tokenizer(texts, tokenizer_cfg, NormalizeConfig()))
@@ -85,22 +85,22 @@ def main() -> None:
         print(f"{args.layers} layers x {args.hidden}, vocab {args.vocab}, {where}; "
               f"{args.examples} training examples per task, batch {cfg.batch_size}, eval batch {cfg.eval_batch_size}")
         for name in TASKS:
-            task = get_task(name)
-            data = load_task(task, str(args.glue_dir), cfg.max_malformed_fraction)
-            train = subset(encode_split(data.train, encoder.tokenizer, cfg.max_length, False), args.examples)
+            task = task_named(name)
+            data = task.load(str(args.glue_dir), cfg.max_malformed_fraction)
+            train = subset(task.encode(data.train, encoder.tokenizer, cfg.max_length), args.examples)
             dev_name, dev_split = next(iter(data.evaluations.items()))
-            dev = encode_split(dev_split, encoder.tokenizer, cfg.max_length, False)
+            dev = task.encode(dev_split, encoder.tokenizer, cfg.max_length)
             rates = {"padded": {"train": [], "eval": []}, "unpadded": {"train": [], "eval": []}}
             losses = {}
             for _ in range(args.repeats):
                 for layout, context in (("padded", padded_path), ("unpadded", contextlib.nullcontext)):
                     with context():
-                        classifier = encoder.classifier(task.num_labels, cfg.dropout, 0)
+                        classifier = task.model(encoder, cfg.dropout, 0)
                         started = time.perf_counter()
-                        history = finetune(classifier, train, {}, cfg, device, precision, 0, pad_id, name)
+                        history = finetune(classifier, train, {}, cfg, device, precision, 0, pad_id, name, task.score)
                         rates[layout]["train"].append(len(train) / (time.perf_counter() - started))
                         started = time.perf_counter()
-                        evaluate(classifier, dev, dev_name, cfg.eval_batch_size, device, precision, pad_id)
+                        evaluate(classifier, dev, dev_name, task.score, cfg.eval_batch_size, device, precision, pad_id)
                         rates[layout]["eval"].append(len(dev) / (time.perf_counter() - started))
                         losses[layout] = history[-1]["train_loss"]
             real = sum(len(row) for row in train.input_ids) / len(train)

@@ -1,17 +1,21 @@
-"""The GPU test suite (tests/gpu, marker `gpu`) run from a checkout as a subprocess, its outcome read from
-pytest's JUnit XML: the first stage of the GPU check, so a GPU session proves every command before it
-measures anything."""
+"""The GPU test suite (tests/gpu, marker `gpu`) run from a checkout as a subprocess, each test's outcome
+logged as it ends (cramming.bench.pytest_outcomes): the first stage of the GPU check, so a GPU session
+proves every command before it measures anything."""
 
+import importlib.util
+import json
 import os
 import subprocess
 import sys
-import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 from cramming import CONFIG_DIR
 
 SUITE = Path("tests") / "gpu"
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "offline"}
+# tests=all: every GPU test; tests=quick: those marked quick, each stopped after 60 s (stage=quick's part)
+SELECTIONS = {"all": ["-m", "gpu"], "quick": ["-m", "gpu and quick", "--timeout=60"]}
+TOOLS = {"pytest": "pytest", "pytest_timeout": "pytest-timeout"}  # module: package (addopts pass --timeout)
 
 
 def checkout_root() -> Path | None:
@@ -20,25 +24,40 @@ def checkout_root() -> Path | None:
     return root if (root / SUITE).is_dir() else None
 
 
-def run_gpu_suite(report_xml: Path) -> dict:
-    """`pytest -m gpu tests/gpu`, its output shown as it runs; counts, failed test ids and seconds.
-    Without a GPU every test skips: what a CPU dry run checks is that the suite is collected and runs."""
-    root = checkout_root()
+def missing_tools() -> list[str]:
+    return [package for module, package in TOOLS.items() if importlib.util.find_spec(module) is None]
+
+
+def run_gpu_suite(outcomes: Path, selection: str = "all") -> dict:
+    """`pytest -m gpu tests/gpu` (or the quick selection), its output shown as it runs; counts, failed test
+    ids and seconds, from `outcomes` (one JSON line per test, written as each ends). An "error" says why the
+    suite did not run in full: tooling missing, no checkout, pytest stopping early. Without a GPU every test
+    skips: what a CPU dry run checks is that the suite is collected and runs."""
+    root, missing = checkout_root(), missing_tools()
+    if missing:
+        return {"error": f"{' and '.join(missing)} not installed, which the GPU suite needs (pyproject's addopts "
+                         f"pass --timeout): pip install {' '.join(missing)}"}
     if root is None:
-        return {"ran": False, "reason": f"no {SUITE} next to {CONFIG_DIR} (an installed package): run from a clone"}
-    command = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", str(SUITE),
-               f"--junitxml={report_xml.resolve()}"]
-    finished = subprocess.run(command, cwd=root, env=os.environ | OFFLINE, check=False)
-    if not report_xml.is_file():
-        return {"ran": False, "reason": f"pytest exited with {finished.returncode} before writing {report_xml}"}
-    return {"ran": True, "exit_code": finished.returncode, **read_junit(report_xml)}
+        return {"error": f"no {SUITE} next to {CONFIG_DIR} (an installed package): run from a clone"}
+    outcomes.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "pytest", "-q", *SELECTIONS[selection], "-p", "no:cacheprovider",
+               "-p", "cramming.bench.pytest_outcomes", f"--outcomes={outcomes.resolve()}", str(SUITE)]
+    code = subprocess.run(command, cwd=root, env=os.environ | OFFLINE, check=False).returncode
+    result = {"exit_code": code, **read_outcomes(outcomes)}
+    if code not in (0, 1) or not result["tests"]:  # 1: some tests failed (listed); else pytest stopped early
+        result["error"] = f"pytest exited with {code} after {result['tests']} test(s)"
+    return result
 
 
-def read_junit(path: Path) -> dict:
-    suite = ElementTree.parse(path).getroot()
-    suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
-    failed = [f"{case.get('classname')}::{case.get('name')}" for case in suite.iter("testcase")
-              if case.find("failure") is not None or case.find("error") is not None]
-    total, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
-    return {"tests": total, "passed": total - skipped - len(failed), "skipped": skipped, "failed": failed,
-            "seconds": round(float(suite.get("time", 0.0)), 1)}
+def read_outcomes(path: Path) -> dict:
+    """Counts of the tests logged in `path`, the failed ones' ids and the seconds they took."""
+    outcomes, seconds = {}, 0.0
+    lines = path.read_text().splitlines() if path.is_file() else []
+    for line in map(json.loads, lines):
+        seconds += line["seconds"]
+        if outcomes.get(line["test"]) != "failed":  # a teardown's error fails a test whose call passed
+            outcomes[line["test"]] = line["outcome"]
+    failed = [test for test, outcome in outcomes.items() if outcome == "failed"]
+    skipped = sum(outcome == "skipped" for outcome in outcomes.values())
+    return {"tests": len(outcomes), "passed": len(outcomes) - len(failed) - skipped, "skipped": skipped,
+            "failed": failed, "seconds": round(seconds, 1)}

@@ -1,9 +1,18 @@
-"""What a benchmark run can say beyond its speed: how often torch.compile compiled, and where a step's
-time goes by operator (torch.profiler)."""
+"""What a benchmark run can say beyond its speed: how often torch.compile compiled, where a step's time goes
+by operator (torch.profiler), and which kernel attention runs."""
 
 from collections import Counter
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from cramming.runtime import DTYPES
+
+# the operator each of scaled_dot_product_attention's fused kernels runs as (the math fallback runs as matmuls)
+SDPA_KERNELS = {"_scaled_dot_product_flash_attention": "flash",
+                "_scaled_dot_product_flash_attention_for_cpu": "flash (CPU)",
+                "_scaled_dot_product_efficient_attention": "efficient",
+                "_scaled_dot_product_cudnn_attention": "cuDNN"}
 
 
 def compile_counts() -> dict[str, int]:
@@ -38,3 +47,28 @@ def operators_markdown(operators: list[dict], where: str) -> str:
     rows = [f"| operator | self time per step ({where}, ms) | share | calls per step |", "|---|---|---|---|"]
     rows += [f"| `{o['operator']}` | {o['self_ms']:.1f} | {100 * o['share']:.1f}% | {o['calls']} |" for o in operators]
     return "\n".join(rows)
+
+
+class OperatorNames(TorchDispatchMode):
+    """The names of the aten operators run inside it, in order (below autograd: what really ran)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def sdpa_kernel_used(batch: int, heads: int, seq_length: int, head_size: int, dtype: str,
+                     device: torch.device) -> str:
+    """The kernel F.scaled_dot_product_attention runs for attention of this shape, forward and backward, as
+    the model calls it (no mask, no dropout): SDPA's own choice, seen in the operators it ran (math: none
+    of its fused kernels), rather than the first kernel that can run in some order of our own."""
+    q, k, v = (torch.randn(batch, heads, seq_length, head_size, device=device, dtype=DTYPES[dtype],
+                           requires_grad=True) for _ in range(3))  # (B, nh, T, hs)
+    with OperatorNames() as ran:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v).sum().backward()
+    fused = [name for name in ran.names if name.startswith("_scaled_dot_product") and not name.endswith("_backward")]
+    return SDPA_KERNELS.get(fused[0], fused[0]) if fused else "math"

@@ -107,13 +107,17 @@ class Timing:
 
 
 def time_training(arch: ModelConfig, batch: int, vocab_size: int, seq_length: int, mlm_rate: float, *,
-                  device: str = "cpu", precision: str = "fp32", warmup_steps: int = 1, min_steps: int = 3,
-                  min_seconds: float = 0.0) -> Timing:
+                  device: str = "cpu", precision: str = "fp32", compile: bool = False, warmup_steps: int = 1,
+                  min_steps: int = 3, min_seconds: float = 0.0) -> Timing:
     """Tokens/s of the trainer's step (clipping at 0.5 included) over at least `min_steps` steps and
-    `min_seconds` seconds, after `warmup_steps` more."""
+    `min_seconds` seconds, after `warmup_steps` more; compiled as the trainer compiles, if asked."""
     device = resolve_device(device, "device")
     prepare_device(device)
-    step = TimedStep(build_mlm_model(arch, vocab_size), synthetic_mlm_batch(batch, seq_length, vocab_size, mlm_rate),
+    model = build_mlm_model(arch, vocab_size)
+    if compile:
+        torch.compiler.reset()  # each shape compiles afresh: after 8 shapes dynamo would run the rest eagerly
+        model = torch.compile(model)
+    step = TimedStep(model, synthetic_mlm_batch(batch, seq_length, vocab_size, mlm_rate),
                      Precision.resolve(precision, device, "precision"), device, grad_clip=0.5)
     for _ in range(warmup_steps):
         step.step()

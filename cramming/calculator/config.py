@@ -1,6 +1,6 @@
 """Typed schema of configs/calculator.yaml: every key is used, any other key is rejected."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -18,15 +18,28 @@ class CandidateGrid:
     ffn_ratio: int = 4  # intermediate_size = ffn_ratio x width (GLU halves), as in crammed-bert
 
 
+# fit=true's shapes where fit_grid leaves them null: on a GPU a grid that holds the recipe's shape (16 x 768 at
+# microbatch 128) and compiles as training does, 12 shapes; on the CPU small shapes, eager, 18.
+GPU_FIT_GRID = {"depths": [4, 16], "widths": [256, 512, 768], "batches": [32, 128]}
+CPU_FIT_GRID = {"depths": [1, 2, 4], "widths": [64, 128, 256], "batches": [8, 32]}
+
+
 @dataclass
 class FitGrid:
-    """Shapes timed by fit=true: every depth x width x batch (18 shapes by default)."""
+    """Shapes timed by fit=true: every depth x width x batch; null: this device's (GPU_FIT_GRID, CPU_FIT_GRID)."""
 
-    depths: list[int] = field(default_factory=lambda: [1, 2, 4])
-    widths: list[int] = field(default_factory=lambda: [64, 128, 256])
-    batches: list[int] = field(default_factory=lambda: [8, 32])  # include the microbatch you train with
-    warmup_steps: int = 1
+    depths: Optional[list[int]] = None
+    widths: Optional[list[int]] = None
+    batches: Optional[list[int]] = None  # include the microbatch you train with
+    compile: Optional[bool] = None  # torch.compile each shape; null: as the profile trains (GPU profiles compile)
+    warmup_steps: int = 1  # with compile, the first compiles
     steps: int = 3  # measured steps per shape; tokens/s over all of them
+
+    def resolved(self, profile: GpuProfile) -> "FitGrid":
+        """The grid with every null filled in for the profile's device."""
+        grid = GPU_FIT_GRID if profile.device == "cuda" else CPU_FIT_GRID
+        return replace(self, **{key: values for key, values in grid.items() if getattr(self, key) is None},
+                       compile=profile.compile if self.compile is None else self.compile)
 
 
 @dataclass
@@ -45,6 +58,7 @@ class CalculatorConfig:
     fit: bool = False  # time training steps on this machine and store the speed constants of `gpu`
     check: bool = False  # train the recommended shape for check_seconds here; print predicted vs measured
     check_seconds: float = 30.0
+    check_run: Optional[str] = None  # a pretraining run on this machine: its steady tokens/s against the prediction
     runs: Any = None  # metrics.jsonl paths, run directories or globs (a list or one string): the loss fit
     microbatch_size: Optional[int] = None  # sequences per forward; null: the profile's
     seq_length: int = 128
@@ -75,9 +89,9 @@ def check_config(cfg: CalculatorConfig) -> None:
              "fit_grid.depths": cfg.fit_grid.depths, "fit_grid.widths": cfg.fit_grid.widths,
              "fit_grid.batches": cfg.fit_grid.batches}
     for key, values in grids.items():
-        if not values or min(values) < 1:
+        if values is not None and (not values or min(values) < 1):
             raise CrammingError(f"{key}={list(values)} must be a non-empty list of positive integers")
-    for width in list(cfg.candidates.widths) + list(cfg.fit_grid.widths):
+    for width in list(cfg.candidates.widths) + list(cfg.fit_grid.widths or []):
         if width % 2 or width % min(width, cfg.candidates.head_size):
             raise CrammingError(
                 f"width {width} must be even and a multiple of head_size={cfg.candidates.head_size}")

@@ -8,7 +8,7 @@ from cramming.calculator import report
 from cramming.calculator.candidates import evaluate, rank, shapes
 from cramming.calculator.config import CalculatorConfig, check_config
 from cramming.calculator.loss_model import SizeRule, expand_runs, fit_frontier, leave_one_out, read_run
-from cramming.calculator.measure import BASE, check, fit_speed
+from cramming.calculator.measure import BASE, check, check_run, fit_speed, read_run_speed
 from cramming.calculator.speed_model import non_embedding_parameters, resolve_speed_model
 from cramming.errors import CrammingError
 from cramming.hardware import known_profiles, resolve_auto
@@ -54,6 +54,7 @@ def recommend(cfg: CalculatorConfig) -> Path:
     check_config(cfg)
     profiles = known_profiles()
     profile = resolve_auto(cfg.gpu, profiles)
+    run = read_run_speed(cfg.check_run, profile) if cfg.check_run is not None else None
     speed = fit_speed(cfg, profile) if cfg.fit else resolve_speed_model(profile, profiles, cfg.cache_dir)
     rule = size_rule(cfg, profiles)
     frontier, runs, held_out, loss_source = loss_fit(cfg)
@@ -78,6 +79,8 @@ def recommend(cfg: CalculatorConfig) -> Path:
     print("\n" + table)
     if cfg.check:
         result["check"] = check(cfg, profile, candidates[0], batch)
+    if run is not None:
+        result["check_run"] = check_run(run, speed)
     report.write_json(output_dir / f"{stem}.json", result)
     (output_dir / f"{stem}.md").write_text(table)
     report.plot(output_dir / f"{stem}.png", result, frontier, rule, runs)

@@ -1,6 +1,7 @@
-"""The first-GPU check, in stages that each fit a 10-minute command: `python scripts/gpu_check.py` or
-`cramming-gpu-check` (cramming.bench.gpu_check does the work).
+"""The first-GPU check: `python scripts/gpu_check.py` or `cramming-gpu-check` (cramming.bench.gpu_check
+does the work).
 
+    python scripts/gpu_check.py stage=quick data_files='shards/train-00[01].txt.gz' glue_dir=glue   # < 8 minutes
     python scripts/gpu_check.py stage=bench
     python scripts/gpu_check.py stage=cram data_files='shards/train-000*.txt.gz'
     python scripts/gpu_check.py stage=glue glue_dir=glue

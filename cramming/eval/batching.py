@@ -1,4 +1,4 @@
-"""Tokenize GLUE splits and cut them into dynamically padded batches.
+"""Encoded task splits, cut into dynamically padded batches (each task encodes its own: tasks/).
 
 Training batches group examples of similar length (length bucketing) so that little compute goes
 to padding; evaluation batches are sorted by length outright, since their order does not matter.
@@ -7,16 +7,13 @@ to padding; evaluation batches are sorted by length outright, since their order 
 from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedTokenizerBase
-
-from cramming.eval.data import GlueSplit
 
 BUCKET_BATCHES = 50  # length bucketing sorts within windows of this many batches, so batches stay random
 
 
 @dataclass
 class EncodedSplit:
-    # [CLS] a [SEP] b [SEP], truncated, unpadded; for multiple choice (SWAG) a list of such rows per example
+    # [CLS] a [SEP] b [SEP], truncated, unpadded; for multiple choice a list of such rows (one a choice) per example
     input_ids: list[list[int]] | list[list[list[int]]]
     labels: torch.Tensor  # (N,) int64 class ids, or float32 scores for regression
     source: str = ""  # the file or hub split it came from, for messages
@@ -34,16 +31,6 @@ class EncodedSplit:
         """Tokens of example `index` (of its longest choice)."""
         row = self.input_ids[index]
         return len(row) if self.choices is None else max(len(choice) for choice in row)
-
-
-def encode_split(
-    split: GlueSplit, tokenizer: PreTrainedTokenizerBase, max_length: int, regression: bool
-) -> EncodedSplit:
-    """Segment ids are kept where the tokenizer's model reads them (its model_input_names)."""
-    encoded = tokenizer(split.text_a, split.text_b, truncation=True, max_length=max_length)
-    labels = torch.tensor(split.labels, dtype=torch.float32 if regression else torch.int64)
-    token_types = encoded.get("token_type_ids") if "token_type_ids" in tokenizer.model_input_names else None
-    return EncodedSplit(encoded["input_ids"], labels, split.source, token_types)
 
 
 def subset(split: EncodedSplit, count: int, seed: int = 0) -> EncodedSplit:

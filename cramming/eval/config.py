@@ -19,8 +19,21 @@ DEFAULT_TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
 
 
 @dataclass
+class LocalTaskConfig:
+    """`eval.tasks=[local]`: your own text classification (or regression) data under the same protocol, reported
+    beside the GLUE score (cramming/eval/tasks/local.py, docs/glue.md). Set only with local in eval.tasks."""
+
+    folder: Optional[str] = None  # holds train.tsv or train.csv and dev.tsv or dev.csv, each with a header row
+    text_columns: list[str] = field(default_factory=lambda: ["text"])  # one column, or two for text pairs
+    label_column: str = "label"
+    labels: Optional[list[str]] = None  # the label strings in the order of their ids; null: a score (regression)
+    metric: Optional[str] = None  # accuracy (null's choice) | f1 (of the second label) | matthews; a score: pearson
+
+
+@dataclass
 class GlueConfig:
-    # add "wnli" to run it too; "swag": SWAG multiple choice, the same protocol, outside the GLUE average
+    # add "wnli" to run it too; "swag": SWAG multiple choice, "local": your own data (eval.local), the same
+    # protocol, both outside the GLUE average
     tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
     # a classic GLUE TSV directory (SWAG: its SWAG/{train,val}.csv); null: the hub (nyu-mll/glue,
     # allenai/swag)
@@ -57,8 +70,9 @@ class GlueConfig:
     baseline: Optional[str] = None  # an earlier glue_results.json: its scores become a row of the report
     save_models: bool = False  # keep each fine-tuned classifier (transformers format) under <output_dir>/models/
     predict_test: bool = False  # GLUE-server submission files from the test splits: <output_dir>/glue_submission.zip
-    # Up to floor(fraction * rows) malformed rows of a TSV file are skipped and reported; more are an error.
+    # Up to floor(fraction * rows) malformed rows of a task's file are skipped and reported; more are an error.
     max_malformed_fraction: float = 0.001
+    local: LocalTaskConfig = field(default_factory=LocalTaskConfig)
 
 
 PROTOCOL_FIELDS = (

@@ -4,13 +4,16 @@ import logging
 import math
 import time
 from pathlib import Path
+from typing import Callable
 
+import numpy as np
 import torch
 
 from cramming.errors import CrammingError
 from cramming.eval import metrics
 from cramming.eval.batching import EncodedSplit, collate, evaluation_batches, training_batches
 from cramming.eval.config import GlueConfig
+from cramming.eval.tasks.base import DataMissing
 from cramming.gradient_step import Step, StepState
 from cramming.runtime import Precision, build_optimizer, lr_multiplier
 
@@ -27,8 +30,10 @@ def finetune(
     seed: int,
     pad_id: int,
     describe: str,
+    score: Callable[[np.ndarray, np.ndarray], dict[str, float]],
 ) -> list[dict]:
-    """Train for cfg.epochs epochs; after each, score every evaluation split. Returns one record per epoch.
+    """Train for cfg.epochs epochs; after each, score every evaluation split (`score`: the task's, of the
+    outputs and the labels). Returns one record per epoch.
 
     The learning rate follows the shared warm-up + cosine schedule over the optimizer steps.
     """
@@ -56,7 +61,7 @@ def finetune(
             loss_sum += state.step_loss.float()
         train_loss = (loss_sum / len(batches)).item()
         scores = {
-            name: evaluate(classifier, split, name, cfg.eval_batch_size, device, precision, pad_id)
+            name: evaluate(classifier, split, name, score, cfg.eval_batch_size, device, precision, pad_id)
             for name, split in evaluations.items()
         }
         seconds = time.perf_counter() - started
@@ -72,17 +77,15 @@ def evaluate(
     classifier: torch.nn.Module,
     split: EncodedSplit,
     name: str,
+    score: Callable[[np.ndarray, np.ndarray], dict[str, float]],
     batch_size: int,
     device: torch.device,
     precision: Precision,
     pad_id: int,
 ) -> dict[str, float]:
-    """Scores of the classifier on one evaluation split (dropout off); multiple choice (SWAG): accuracy."""
+    """The task's scores (`score`) of the classifier on one evaluation split (dropout off)."""
     outputs = predict(classifier, split, name, batch_size, device, precision, pad_id)
-    if split.choices is not None:
-        predicted = outputs.numpy().argmax(axis=-1)
-        return metrics.classification_scores("accuracy", predicted, split.labels.numpy())
-    return metrics.score(name, outputs.numpy(), split.labels.numpy())
+    return score(outputs.numpy(), split.labels.numpy())
 
 
 @torch.inference_mode()
@@ -119,28 +122,32 @@ def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str
 
 
 def glue_dev_scores(folder: Path, task_name: str, glue_dir: str | None) -> dict:
-    """A fine-tuned classifier export's (fp32, or its int8 copy: model/quantize.py) scores on the task's dev
-    split(s), on the CPU, with the GLUE protocol's tokenization."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    """A fine-tuned model's export (fp32, or its int8 copy: model/quantize.py) scored on the task's dev split(s),
+    on the CPU, with the GLUE protocol's tokenization; the task loads, encodes and scores as in eval_glue.py."""
+    from transformers import AutoTokenizer
 
-    from cramming.eval.batching import encode_split
-    from cramming.eval.data import TASKS, load_task
-    from cramming.model.quantize import auto_class
+    from cramming.eval.tasks.registry import TASKS  # (the registry's GLUE tasks import this module)
 
     if task_name not in TASKS:
         raise CrammingError(f"quantize_eval_task={task_name!r} is not a GLUE task; choose one of {', '.join(TASKS)}")
-    task, protocol = TASKS[task_name], GlueConfig()
-    # an int8 copy's config.json carries its quantization_config: transformers loads it through torchao
-    model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)
-    masked_lm = auto_class(folder).__name__.endswith("MaskedLM")
-    if masked_lm or getattr(model.config, "num_labels", None) != task.num_labels:
-        raise CrammingError(f"quantize_eval_task={task_name}: {folder} is not a classifier fine-tuned on it (a "
-                            f"{task.num_labels}-label head); quantize one kept by eval_glue.py eval.save_models=true")
+    protocol = GlueConfig(tasks=[task_name], data_dir=glue_dir)
+    try:
+        task = TASKS[task_name].configured(protocol)
+    except CrammingError as error:  # settings of its own (eval.local.*) that the export command does not take
+        raise CrammingError(f"quantize_eval_task={task_name}: {error}") from None
+    model = task.saved_model(folder)
+    if model is None:
+        raise CrammingError(f"quantize_eval_task={task_name}: {folder} is not a classifier fine-tuned on it "
+                            f"({task.head}); quantize one kept by eval_glue.py eval.save_models=true")
     tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-    data = load_task(task, glue_dir, protocol.max_malformed_fraction)
+    try:
+        data = task.load(glue_dir, protocol.max_malformed_fraction)
+    except DataMissing as reason:
+        raise CrammingError(f"quantize_eval_task={task_name}: no data to score it on ({reason})") from None
     cpu, fp32 = torch.device("cpu"), Precision("fp32", "cpu")
     scores = {}
     for name, split in data.evaluations.items():
-        encoded = encode_split(split, tokenizer, protocol.max_length, task.num_labels == 1)
-        scores[name] = evaluate(model, encoded, name, protocol.eval_batch_size, cpu, fp32, tokenizer.pad_token_id)
+        encoded = task.encode(split, tokenizer, protocol.max_length)
+        scores[name] = evaluate(model, encoded, name, task.score, protocol.eval_batch_size, cpu, fp32,
+                                tokenizer.pad_token_id)
     return scores

@@ -1,28 +1,15 @@
-"""GLUE metrics with scikit-learn and scipy (never `evaluate`: it fetches metric scripts at run time).
+"""The tasks' metrics with scikit-learn and scipy (never `evaluate`: it fetches metric scripts at run time).
 
 All scores are percentages, as in the published tables.
 """
 
 import math
 import warnings
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 from scipy.stats import ConstantInputWarning, pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
-
-# The nine numbers whose mean is the GLUE score: (evaluation split, metric), in table order.
-PROTOCOL_NUMBERS: tuple[tuple[str, str], ...] = (
-    ("mnli-m", "accuracy"),
-    ("mnli-mm", "accuracy"),
-    ("sst2", "accuracy"),
-    ("stsb", "pearson"),
-    ("rte", "accuracy"),
-    ("qnli", "accuracy"),
-    ("qqp", "f1"),
-    ("mrpc", "f1"),
-    ("cola", "matthews"),
-)
 
 
 def _correlation(function: Callable, predictions: np.ndarray, labels: np.ndarray) -> float:
@@ -49,24 +36,12 @@ def regression_scores(predicted: np.ndarray, labels: np.ndarray) -> dict[str, fl
     }
 
 
-# Main metric of each evaluation split (the one in the table); the others are logged beside it.
-MAIN_METRIC = {split: metric for split, metric in PROTOCOL_NUMBERS} | {"wnli": "accuracy"}
-
-
-def score(split: str, outputs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """Scores of one evaluation split from the head's outputs: logits (N, C), or (N, 1) for STS-B."""
-    metric = MAIN_METRIC[split]
+def score(metric: str, outputs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Scores led by `metric` from a model's outputs: logits (N, C), or (N, 1) scores for pearson; the others
+    logged beside it (accuracy beside F1, Spearman beside Pearson)."""
     if metric == "pearson":
         return regression_scores(outputs.reshape(-1), labels)
     return classification_scores(metric, outputs.argmax(axis=-1), labels)
-
-
-def glue_average(scores: dict[str, dict[str, float]]) -> tuple[Optional[float], list[str]]:
-    """Mean of the protocol numbers present in `scores` (by split), and the splits it averaged."""
-    present = [(split, metric) for split, metric in PROTOCOL_NUMBERS if split in scores]
-    if not present:
-        return None, []
-    return sum(scores[split][metric] for split, metric in present) / len(present), [s for s, _ in present]
 
 
 def format_scores(scores: dict[str, dict[str, float]], digits: int = 2) -> str:

@@ -4,21 +4,10 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from cramming.eval.metrics import PROTOCOL_NUMBERS, format_scores
-from cramming.eval.multiple_choice import MAIN_METRIC as BEYOND_GLUE
+from cramming.eval.metrics import format_scores
 from cramming.eval.parameter_efficient import FULL_FINE_TUNING
+from cramming.eval.tasks.glue import COLUMNS, METRICS_NOTE, PROTOCOL_NUMBERS, REFERENCE_ROWS
 from cramming.files import write_atomically
-
-# Published GLUE dev scores under the same protocol (DESIGN.md section 3), in table order:
-# MNLI-m, MNLI-mm, SST-2, STSB, RTE, QNLI, QQP, MRPC, CoLA, average.
-REFERENCE_ROWS: dict[str, tuple[float, ...]] = {
-    "BERT-base, fully trained": (83.2, 83.4, 91.9, 86.7, 59.2, 90.6, 87.7, 89.3, 56.5, 80.9),
-    "BERT-base, no pretraining": (34.1, 34.1, 79.9, 17.8, 47.3, 50.0, 68.6, 77.9, 0.0, 45.5),
-    "crammed BERT, 1 day A6000 (2022)": (83.9, 84.1, 92.2, 84.6, 53.8, 89.5, 87.3, 87.5, 44.5, 78.6),
-    "crammed BERT, 1 day A6000 (2023 code)": (84.1, 84.6, 92.0, 87.4, 58.5, 90.2, 87.5, 88.9, 53.3, 80.7),
-    "BERT from scratch, 4 days RTX 3060 Ti": (79.3, 80.1, 89.1, 61.9, 55.9, 86.3, 86.4, 74.8, 41.0, 72.7),
-}
-COLUMNS = ("MNLI (m/mm)", "SST-2", "STSB", "RTE", "QNLI", "QQP", "MRPC", "CoLA", "Average")
 
 
 def write_reports(results: dict, output_dir: Path) -> None:
@@ -50,7 +39,7 @@ def _cell(value: Optional[float]) -> str:
 
 
 def _row(label: str, numbers: list[Optional[float]], average: str) -> str:
-    """numbers: the nine protocol numbers in PROTOCOL_NUMBERS order (MNLI-m and -mm share one column)."""
+    """numbers: the nine protocol numbers in PROTOCOL_NUMBERS order (the first two share one column)."""
     cells = [f"{_cell(numbers[0])}/{_cell(numbers[1])}", *(_cell(n) for n in numbers[2:]), average]
     return f"| {label} | " + " | ".join(cells) + " |"
 
@@ -82,7 +71,7 @@ def _score_table(results: dict) -> list[str]:
             if name == protocol:
                 lines += _peft_summary(results)
         lines += ["", "| model | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|", *rows]
-    lines += ["", "Metrics: CoLA Matthews correlation; STSB Pearson; MRPC and QQP F1; the rest accuracy."]
+    lines += ["", METRICS_NOTE]
     if len(tables) > 1:
         lines.append("Each protocol has its own table: scores and averages do not compare across tables.")
     if partial:
@@ -94,8 +83,8 @@ def _score_table(results: dict) -> list[str]:
 
 
 def _beyond_glue(results: dict) -> list[str]:
-    """Tasks outside GLUE (SWAG) in a table of their own, under the same protocol: never in the average."""
-    ran = [(split, metric) for split, metric in BEYOND_GLUE.items() if split in results["scores"]]
+    """Tasks outside GLUE in a table of their own, under the same protocol: never in the average."""
+    ran = list(results["beyond_glue"].items())
     if not ran:
         return []
     header = " | ".join(f"{split.upper()} ({metric}, validation)" for split, metric in ran)

@@ -12,18 +12,16 @@ from typing import Any
 import torch
 
 from cramming.errors import CrammingError
-from cramming.eval import multiple_choice
-from cramming.eval.batching import encode_split, subset
+from cramming.eval.batching import subset
 from cramming.eval.config import GlueConfig, as_glue_config, protocol_deviations
-from cramming.eval.data import TASKS, GlueDataMissing, GlueTask, GlueTaskData, get_task, load_task
 from cramming.eval.encoders import PretrainedEncoder, open_encoder
 from cramming.eval.finetune import finetune
-from cramming.eval.multiple_choice import ChoiceTask, MultipleChoice
-from cramming.eval.parameter_efficient import (
-    FULL_FINE_TUNING, LoraSettings, lora_settings, merged, parameter_counts, record)
-from cramming.eval.submission import write_test_predictions, zip_submission
-from cramming.eval.metrics import PROTOCOL_NUMBERS, glue_average
+from cramming.eval.parameter_efficient import FULL_FINE_TUNING, LoraSettings, lora_settings, parameter_counts, record
 from cramming.eval.report import write_reports
+from cramming.eval.submission import zip_submission
+from cramming.eval.tasks.base import DataMissing, Task, TaskData
+from cramming.eval.tasks.glue import PROTOCOL_NUMBERS, glue_average
+from cramming.eval.tasks.registry import requested_tasks
 from cramming.provenance import provenance
 from cramming.runtime import Precision, prepare_device, resolve_device
 
@@ -65,6 +63,8 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path) -> d
     ran = [result for result in task_results.values() if result["status"] == "ran"]
     scores = {split: split_scores for result in ran for split, split_scores in result["scores"].items()}
     average, averaged = glue_average(scores)
+    beyond = {split: task.metric for task in tasks if not task.in_glue  # reported beside the GLUE score
+              for split in task_results[task.name].get("scores", {})}
     results = {
         "checkpoint": encoder.description,
         "protocol": FULL_FINE_TUNING if lora is None else lora.label,  # rows of other protocols never mix
@@ -73,6 +73,7 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path) -> d
         "glue_score": average,
         "glue_score_over": averaged,
         "glue_score_missing": [split for split, _ in PROTOCOL_NUMBERS if split not in averaged],
+        "beyond_glue": beyond,  # {split: its main metric} of the tasks outside GLUE
         "scores": scores,
         "baseline": baseline,
         "tasks": task_results,
@@ -91,20 +92,15 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path) -> d
         results["submission"] = zip_submission(Path(output_dir))
     write_reports(results, Path(output_dir))
     shown = "n/a" if average is None else f"{average:.2f}"
-    for split, metric in multiple_choice.MAIN_METRIC.items():  # beyond GLUE: never in its average
-        if split in scores:
-            log.info("%s %s %.2f (not in the GLUE score)", split.upper(), metric, scores[split][metric])
+    for split, metric in beyond.items():
+        log.info("%s %s %.2f (not in the GLUE score)", split.upper(), metric, scores[split][metric])
     over = ", ".join(averaged) or "no GLUE task"
     log.info("GLUE score %s over %s; wrote %s/glue_results.{json,md}", shown, over, output_dir)
     return results
 
 
-def _check(cfg: GlueConfig) -> list[GlueTask | ChoiceTask]:
+def _check(cfg: GlueConfig) -> list[Task]:
     """The requested tasks; settings that would fail late or mean nothing are errors now."""
-    if not cfg.tasks:
-        raise CrammingError("eval.tasks is empty")
-    if len(set(cfg.tasks)) != len(cfg.tasks):
-        raise CrammingError(f"eval.tasks lists a task twice: {cfg.tasks}")
     if not cfg.seeds:
         raise CrammingError("eval.seeds is empty; give at least one seed")
     if len(cfg.betas) != 2 or not all(0 <= beta < 1 for beta in cfg.betas):
@@ -123,11 +119,7 @@ def _check(cfg: GlueConfig) -> list[GlueTask | ChoiceTask]:
         raise CrammingError(f"eval.max_train_examples must be null or at least 1, got {cap}")
     if not 0 <= cfg.warmup_fraction <= 1:
         raise CrammingError(f"eval.warmup_fraction must be in [0, 1], got {cfg.warmup_fraction}")
-    unknown = [name for name in cfg.tasks if name not in TASKS and name not in multiple_choice.TASKS]
-    if unknown:
-        known = ", ".join([*TASKS, *multiple_choice.TASKS])
-        raise CrammingError(f"unknown GLUE task '{unknown[0]}'; known tasks: {known}")
-    return [multiple_choice.TASKS.get(name) or get_task(name) for name in cfg.tasks]
+    return requested_tasks(cfg)
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -150,16 +142,13 @@ def _read_baseline(path: str | None) -> dict | None:
         raise CrammingError(f"eval.baseline={path}: not a glue_results.json written by eval_glue") from None
 
 
-def _load_data(
-    tasks: list[GlueTask | ChoiceTask], cfg: GlueConfig
-) -> tuple[dict[str, GlueTaskData], dict[str, dict]]:
+def _load_data(tasks: list[Task], cfg: GlueConfig) -> tuple[dict[str, TaskData], dict[str, dict]]:
     """Every task's data up front, so a malformed file stops the run before hours of fine-tuning."""
     data, missing = {}, {}
     for task in tasks:
         try:
-            load = multiple_choice.load_task if isinstance(task, ChoiceTask) else load_task
-            data[task.name] = load(task, cfg.data_dir, cfg.max_malformed_fraction)
-        except GlueDataMissing as reason:
+            data[task.name] = task.load(cfg.data_dir, cfg.max_malformed_fraction)
+        except DataMissing as reason:
             log.warning("%s: missing, skipped (%s)", task.name, reason)
             missing[task.name] = {"status": "missing", "reason": str(reason)}
     if not data:
@@ -169,7 +158,7 @@ def _load_data(
 
 
 def _run_task(
-    task_data: GlueTaskData,
+    task_data: TaskData,
     encoder: PretrainedEncoder,
     cfg: GlueConfig,
     lora: LoraSettings | None,
@@ -181,25 +170,15 @@ def _run_task(
     with their spread (min, max, standard deviation) when there are several."""
     started = time.perf_counter()
     task = task_data.task
-    choices = isinstance(task, ChoiceTask)  # multiple choice (SWAG): one output per choice, softmax over them
     tokenizer = encoder.tokenizer
-
-    def encode(split):
-        if choices:
-            return multiple_choice.encode_split(split, tokenizer, cfg.max_length)
-        return encode_split(split, tokenizer, cfg.max_length, regression=task.num_labels == 1)
-
-    train = encode(task_data.train)
+    train = task.encode(task_data.train, tokenizer, cfg.max_length)
     if cfg.max_train_examples is not None:
         train = subset(train, cfg.max_train_examples)
-    evaluations = {name: encode(split) for name, split in task_data.evaluations.items()}
+    evaluations = {name: task.encode(split, tokenizer, cfg.max_length) for name, split in task_data.evaluations.items()}
 
     histories, predictions, parameters = {}, None, None
     for seed in cfg.seeds:
-        # the head and dropout (and LoRA's A) from the seed
-        classifier = encoder.classifier(task.num_labels, cfg.dropout, seed, lora)
-        if choices:
-            classifier = MultipleChoice(classifier)
+        classifier = task.model(encoder, cfg.dropout, seed, lora)  # the head and dropout (and LoRA's A) from the seed
         if parameters is None:
             parameters = parameter_counts(classifier)
             trainable, total = parameters["trainable"], parameters["total"]
@@ -208,14 +187,13 @@ def _run_task(
                      100 * trainable / total)
         describe = f"{task.name} seed {seed}"
         pad_id = tokenizer.pad_token_id
-        histories[seed] = finetune(classifier, train, evaluations, cfg, device, precision, seed, pad_id, describe)
-        if cfg.predict_test and seed == cfg.seeds[0] and not choices:  # GLUE-server files: GLUE tasks only
-            predictions = write_test_predictions(task, classifier, tokenizer, cfg, device, precision,
-                                                 output_dir / "submission")
+        histories[seed] = finetune(classifier, train, evaluations, cfg, device, precision, seed, pad_id, describe,
+                                   task.score)
+        if cfg.predict_test and seed == cfg.seeds[0]:  # server files, for a task a server scores
+            predictions = task.write_submission(classifier, tokenizer, cfg, device, precision,
+                                                output_dir / "submission")
         if cfg.save_models:
-            plain = classifier.scorer if choices else classifier  # SWAG: the one-output pair scorer
-            plain = plain if lora is None else merged(plain)  # LoRA folded into the weights
-            encoder.save(plain.cpu(), output_dir / "models" / f"{task.name}-seed{seed}")
+            task.save(classifier, encoder, output_dir / "models" / f"{task.name}-seed{seed}")
     finals = [history[-1]["scores"] for history in histories.values()]
     scores = {
         split: {metric: statistics.median(final[split][metric] for final in finals) for metric in metrics}

@@ -25,7 +25,6 @@ from transformers.modeling_outputs import (
 
 from .configuration_crammed_bert import CrammedBertConfig
 from .crammed_bert import (
-    ClassificationHead,
     CrammedForMaskedLM,
     CrammedForSequenceClassification,
     Encoder,
@@ -185,13 +184,12 @@ class CrammedBertForQuestionAnswering(CrammedBertPreTrainedModel):
 
 
 class CrammedBertForMultipleChoice(CrammedBertPreTrainedModel):
-    """One score per choice (SWAG): each (context, choice) pair through the encoder and a [CLS] head."""
+    """One score per choice (SWAG): each (context, choice) pair through the encoder and a one-output [CLS] head,
+    laid out as the one-output sequence classifier, so that the weights of either load into the other."""
 
     def __init__(self, config: CrammedBertConfig):
         super().__init__(config)
-        self.crammed = nn.Module()
-        self.crammed.bert = Encoder(config, config.vocab_size)
-        self.crammed.choice_head = ClassificationHead(config, 1)
+        self.crammed = CrammedForSequenceClassification(config, config.vocab_size, 1)
         self.post_init()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
@@ -201,6 +199,6 @@ class CrammedBertForMultipleChoice(CrammedBertPreTrainedModel):
         flat_mask = None if attention_mask is None else attention_mask.reshape(B * choices, T)
         last, hidden, attentions = self._encode(input_ids.reshape(B * choices, T), flat_mask,
                                                 output_hidden_states, output_attentions)
-        logits = self.crammed.choice_head(last).view(B, choices)  # (B * choices, 1) -> (B, choices)
+        logits = self.crammed.head(last).view(B, choices)  # (B * choices, 1) -> (B, choices)
         loss = None if labels is None else F.cross_entropy(logits.float(), labels)
         return self._returned(MultipleChoiceModelOutput(loss, logits, hidden, attentions), return_dict)

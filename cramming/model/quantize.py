@@ -30,11 +30,17 @@ def is_transformers_export(folder: Path) -> bool:
 
 
 def auto_class(folder: Path):
-    from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification
+    """The Auto class of the model an export holds: a sequence classifier, a multiple-choice model (both kept by
+    eval.save_models), else a masked LM."""
+    from transformers import (AutoConfig, AutoModelForMaskedLM, AutoModelForMultipleChoice,
+                              AutoModelForSequenceClassification)
 
-    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
-    classifier = any("SequenceClassification" in name for name in (config.architectures or []))
-    return AutoModelForSequenceClassification if classifier else AutoModelForMaskedLM
+    architectures = AutoConfig.from_pretrained(folder, trust_remote_code=True).architectures or []
+    for head, auto in (("SequenceClassification", AutoModelForSequenceClassification),
+                       ("MultipleChoice", AutoModelForMultipleChoice)):
+        if any(head in name for name in architectures):
+            return auto
+    return AutoModelForMaskedLM
 
 
 def load_quantized(folder: str | os.PathLike, method: str = "int8"):

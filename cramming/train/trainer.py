@@ -69,6 +69,7 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
     """
     resolve_optim(cfg)
     check_pretrain_config(cfg)
+    torch.compiler.reset()  # compile afresh: earlier runs in this process may have spent dynamo's recompile limit
     dist = Distributed.from_env()
     if not dist.is_main:  # rank 0 tells the story once; the other ranks speak up only with a warning
         log.setLevel(logging.WARNING)
@@ -133,7 +134,8 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
     run_provenance = {**provenance(settings.device), "dataset": dataset.path.name,
                       "config_sha256": config_sha256(OmegaConf.to_container(cfg, resolve=True))}
 
-    wall_budget = budget_seconds(cfg.budget, cfg.budget_scaling, settings.profile, device_profile(settings))
+    present = device_profile(settings)  # the card actually in use: its peak is what MFU is measured against
+    wall_budget = budget_seconds(cfg.budget, cfg.budget_scaling, settings.profile, present)
     wall_budget /= dist.world_size  # GPU-hours: N GPUs get 1/N of the wall time
     flops_per_token = training_flops_per_token(cfg.arch, vocab_size, seq_length, cfg.train.mlm_rate)
     parameters = sum(parameter.numel() for parameter in model.parameters())
@@ -157,7 +159,7 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
     if dist.is_main:
         wandb = WandbLogger(cfg, run_dir)
         metrics = MetricsLog(run_dir / "metrics.jsonl", progress.step if cfg.resume else None, progress.tokens,
-                             flops_per_token, settings.profile.peak_tflops)
+                             flops_per_token, present.peak_tflops)
         logger = MetricsLogger(metrics, cfg.logging.every_steps, cfg.logging.every_fraction, sequences,
                                TelemetrySampler(settings.device).start(), wandb, settings.device,
                                cfg.train.optim.grad_clip)
@@ -203,7 +205,7 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
                     wall_budget=clock.budget_seconds, session_training_s=progress.elapsed - clock.elapsed_before,
                     session_wall_s=time.perf_counter() - started, first_steps=logger.first_steps,
                     peak_memory=peak_memory_gb(settings.device), energy_wh=None, flops_per_token=flops_per_token,
-                    peak_tflops=settings.profile.peak_tflops, provenance=run_provenance,
+                    peak_tflops=present.peak_tflops, provenance=run_provenance,
                     microbatch={"size": settings.microbatch_size, "source": microbatch_source},
                     held_out_rows=dataset.held_out_rows, validation_s=clock.paused_seconds,
                     stop_detail=stopping.early_stop, step_timing=step.timing), run_dir, logger, wandb)

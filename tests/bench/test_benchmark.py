@@ -119,3 +119,18 @@ def test_variants_are_checked_before_anything_is_built(monkeypatch, variants, ca
     with pytest.raises(CrammingError, match=re.escape(words)):
         check_variants(variants, device, compiled, dtype)
     check_variants([], device, compiled, dtype)  # the default alone is always fine
+
+
+@pytest.mark.parametrize("card, peak", [("NVIDIA H100 PCIe", 756.0), ("NVIDIA H100 NVL", 835.0),
+                                        ("NVIDIA H100 80GB HBM3", 989.0)])
+def test_mfu_is_against_the_exact_cards_peak(monkeypatch, card, peak):
+    import torch
+
+    from cramming.bench.benchmark import BenchmarkSettings, device_peak_tflops
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: asked.append(device) or card)
+    device = torch.device("cuda", 0)
+    assert device_peak_tflops(BenchmarkSettings(dtype="bf16"), device)[0] == peak
+    assert asked == [device]  # the benchmark's own device
+    assert device_peak_tflops(BenchmarkSettings(dtype="fp32"), device)[0] is None  # no fp32 tensor peak kept

@@ -8,12 +8,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from cramming.calculator.config import CalculatorConfig, CandidateGrid, FitGrid, check_config
 from cramming.calculator.measure import local_device
+from cramming.calculator.speed_model import SpeedConstants, SpeedModel, save_measurement
 from cramming.errors import CrammingError
 from cramming.hardware import known_profiles
 from cramming.model import ModelConfig
+from cramming.model.config import as_model_config
+from tests.commands import in_process
+from tests.train.conftest import straight_run  # noqa: F401  (the session's finished 8-step run)
 
 from .test_loss_model import write_run
 
@@ -105,3 +110,78 @@ def test_schema_rejects_unknown_keys_and_reads_the_gpu_group():
         assert cfg.runs == "outputs/*/*/metrics.jsonl"
         with pytest.raises(ConfigCompositionException):
             compose("calculator", overrides=["budgt=12"])
+
+
+@pytest.fixture
+def one_h100_pcie(monkeypatch):
+    """torch.cuda as on a machine with one H100 PCIe; returns the devices get_device_name was asked about."""
+    asked = []
+    for name, value in {"is_available": lambda: True, "is_bf16_supported": lambda *a, **k: True,
+                        "get_device_name": lambda device=None: asked.append(device) or "NVIDIA H100 PCIe"}.items():
+        monkeypatch.setattr(torch.cuda, name, value)
+    return asked
+
+
+def test_fit_refuses_a_profile_that_is_not_this_card(one_h100_pcie, tmp_path):
+    """fit=true with the default gpu=2080ti on an H100 stored the H100's timings as the 2080 Ti's."""
+    profiles = known_profiles()
+    for other in ("2080ti", "h100"):
+        with pytest.raises(CrammingError, match=re.escape(
+                f"fit and check time this machine's NVIDIA H100 PCIe, which is gpu=h100-pcie, not gpu={other}: "
+                "add gpu=auto")):
+            local_device(profiles[other])
+    assert local_device(profiles["h100-pcie"]) == "cuda" and one_h100_pcie == [None, None, None]
+    run = in_process("calculator", "fit=true", f"cache_dir={tmp_path}", f"output_dir={tmp_path}", cwd=REPO)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1] == ("error: fit and check time this machine's NVIDIA H100 PCIe, "
+                                                   "which is gpu=h100-pcie, not gpu=2080ti: add gpu=auto")
+    assert not (tmp_path / "calculator").exists()  # nothing timed, nothing stored
+
+
+def test_a_gpus_fit_grid_holds_the_recipes_shape_compiled():
+    """On a GPU the default grid holds crammed-bert's 16 x 768 at microbatch 128, compiled as training is;
+    the CPU's stays small and eager; a grid the user gives is kept."""
+    profiles = known_profiles()
+    gpu = FitGrid().resolved(profiles["h100"])
+    assert 16 in gpu.depths and 768 in gpu.widths and 128 in gpu.batches and gpu.compile
+    assert len(gpu.depths) * len(gpu.widths) * len(gpu.batches) == 12
+    cpu = FitGrid().resolved(profiles["cpu"])
+    assert (cpu.depths, cpu.widths, cpu.batches, cpu.compile) == ([1, 2, 4], [64, 128, 256], [8, 32], False)
+    mine = FitGrid(widths=[64], compile=False).resolved(profiles["h100"])
+    assert (mine.depths, mine.widths, mine.compile) == ([4, 16], [64], False)
+
+
+def test_check_run_sets_the_prediction_against_a_real_runs_tokens_per_second(straight_run, tmp_path):
+    """The speed model's tokens/s at a finished run's shape and microbatch against the run's steady tokens/s:
+    on a GPU, the fit's error against the real loop."""
+    constants = SpeedConstants(k=3.0e6, a=1.4, b=2.5, c=0.9)
+    save_measurement(str(tmp_path / "cache"), SpeedModel("cpu", constants, "measured on a test", 0.05), {})
+    run = in_process("calculator", "budget=0.01", "gpu=cpu", f"check_run={straight_run}",
+                     f"cache_dir={tmp_path / 'cache'}", f"output_dir={tmp_path / 'out'}", cwd=REPO)
+    assert run.returncode == 0, run.stderr[-2000:]
+    checked = json.loads((tmp_path / "out" / "cpu-0.01h.json").read_text())["check_run"]
+    facts = json.loads((straight_run / "summary.json").read_text())
+    config = OmegaConf.load(straight_run / "config.yaml")
+    predicted = SpeedModel("cpu", constants, "").tokens_per_second(
+        as_model_config(config.arch), facts["microbatch_size"], config.data.tokenizer.vocab_size,
+        config.data.seq_length, config.train.mlm_rate)
+    assert checked["measured_tokens_per_s"] == facts["steady_tokens_per_s"] > 0
+    assert checked["predicted_tokens_per_s"] == pytest.approx(predicted)
+    assert checked["relative_error"] == pytest.approx(predicted / facts["steady_tokens_per_s"] - 1)
+    assert "check_run: 2 x 128, microbatch 16: predicted" in run.stdout
+
+
+def test_check_run_refuses_a_run_of_another_device(straight_run, tmp_path):
+    elsewhere = tmp_path / "run"
+    elsewhere.mkdir()
+    (elsewhere / "config.yaml").write_text((straight_run / "config.yaml").read_text())
+    facts = json.loads((straight_run / "summary.json").read_text())
+    facts["provenance"]["device"] = {"type": "cuda", "name": "NVIDIA H100 80GB HBM3"}
+    (elsewhere / "summary.json").write_text(json.dumps(facts))
+    for run_dir, message in [(elsewhere, f"error: check_run={elsewhere} ran on NVIDIA H100 80GB HBM3 (gpu=h100), "
+                                         "not gpu=cpu"),
+                             (tmp_path, f"error: check_run={tmp_path} needs summary.json and config.yaml")]:
+        run = in_process("calculator", "gpu=cpu", f"check_run={run_dir}", f"cache_dir={tmp_path}",
+                         f"output_dir={tmp_path / 'out'}", cwd=REPO)
+        assert run.returncode == 2 and "Traceback" not in run.stderr
+        assert run.stderr.strip().splitlines()[-1].startswith(message)

@@ -5,15 +5,15 @@ import math
 import torch
 
 from cramming.data.config import NormalizeConfig, TokenizerConfig
-from cramming.eval.data import GlueSplit
 from cramming.data.tokenizer import as_transformers_tokenizer, train_tokenizer
-from cramming.eval.batching import EncodedSplit, collate, encode_split, evaluation_batches, training_batches
+from cramming.eval.batching import EncodedSplit, collate, evaluation_batches, training_batches
+from cramming.eval.tasks.classification import TextSplit, encode_split
 
 
 def test_pairs_are_cls_a_sep_b_sep_and_truncated():
     texts = ["alpha beta gamma delta epsilon"] * 10
     tokenizer = as_transformers_tokenizer(train_tokenizer(texts, TokenizerConfig(vocab_size=40), NormalizeConfig()))
-    split = GlueSplit(["alpha beta", "alpha " * 50], ["gamma", "delta " * 50], [0, 1], "test")
+    split = TextSplit(["alpha beta", "alpha " * 50], ["gamma", "delta " * 50], [0, 1], "test")
     encoded = encode_split(split, tokenizer, max_length=16, regression=False)
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     first = encoded.input_ids[0]

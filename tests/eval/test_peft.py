@@ -8,14 +8,14 @@ import pytest
 import torch
 from torch import nn
 
-from cramming.eval.batching import encode_split, subset
+from cramming.eval.batching import subset
 from cramming.eval.config import GlueConfig, protocol_deviations
-from cramming.eval.data import get_task, load_task
 from cramming.eval.encoders import open_encoder
 from cramming.eval.finetune import finetune, predict
 from cramming.eval.parameter_efficient import LoraSettings, merged, record
 from cramming.eval.report import write_reports
 from cramming.eval.run import run_glue
+from cramming.eval.tasks.registry import TASKS
 from cramming.runtime import Precision
 from tests.test_bad_inputs import run_command
 
@@ -79,10 +79,11 @@ def test_only_lora_and_the_head_change_and_merging_keeps_the_outputs(rte_checkpo
     assert all("lora_" in name or ".head." in name for name in trainable)
     assert sum(before[name].numel() for name in trainable) == _expected_counts(encoder, rank=8)["trainable"]
 
-    data = load_task(get_task("rte"), str(GLUE_DIR), 0.001)
-    train = subset(encode_split(data.train, encoder.tokenizer, 128, regression=False), 32)
+    rte = TASKS["rte"]
+    data = rte.load(str(GLUE_DIR), 0.001)
+    train = subset(rte.encode(data.train, encoder.tokenizer, 128), 32)
     cfg = GlueConfig(lr=1e-3, epochs=1, warmup_fraction=0.0)
-    history = finetune(classifier, train, {}, cfg, CPU, FP32, 0, encoder.tokenizer.pad_token_id, "rte")
+    history = finetune(classifier, train, {}, cfg, CPU, FP32, 0, encoder.tokenizer.pad_token_id, "rte", rte.score)
     assert math.isfinite(history[0]["train_loss"])
 
     after = dict(classifier.named_parameters())
@@ -92,7 +93,7 @@ def test_only_lora_and_the_head_change_and_merging_keeps_the_outputs(rte_checkpo
     assert all(before[name].abs().max() == 0 for name in trainable if "lora_B" in name)  # B starts at zero
 
     # What eval.save_models saves: each B A folded into its weight, the same outputs without peft's layers.
-    dev = subset(encode_split(data.evaluations["rte"], encoder.tokenizer, 128, regression=False), 32)
+    dev = subset(rte.encode(data.evaluations["rte"], encoder.tokenizer, 128), 32)
     outputs = predict(classifier, dev, "rte", 16, CPU, FP32, encoder.tokenizer.pad_token_id)
     plain = merged(classifier)
     assert type(plain).__name__ == "CrammedForSequenceClassification" and "lora" not in str(plain)

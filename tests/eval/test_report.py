@@ -2,7 +2,8 @@
 
 import json
 
-from cramming.eval.report import COLUMNS, REFERENCE_ROWS, write_reports
+from cramming.eval.report import write_reports
+from cramming.eval.tasks.glue import COLUMNS, REFERENCE_ROWS
 
 
 def _results(deviations=None):
@@ -12,6 +13,7 @@ def _results(deviations=None):
         "glue_score": 56.25,
         "glue_score_over": ["rte", "mrpc"],
         "glue_score_missing": ["mnli-m", "mnli-mm", "sst2", "stsb", "qnli", "qqp", "cola"],
+        "beyond_glue": {},
         "scores": {"rte": {"accuracy": 52.5}, "mrpc": {"f1": 60.0, "accuracy": 55.0}},
         "tasks": {
             "rte": {

@@ -200,10 +200,9 @@ def test_test_predictions_become_a_submission_zip(synthetic, tmp_path):
 
 
 def test_server_label_strings():
-    from cramming.eval.data import get_task
-    from cramming.eval.submission import label_strings
+    from cramming.eval.tasks.registry import TASKS
 
     outputs = torch.tensor([[0.1, 0.9, 0.0], [2.0, 0.0, 1.0]])
-    assert label_strings(get_task("mnli"), outputs) == ["neutral", "entailment"]
-    assert label_strings(get_task("rte"), outputs[:, :2]) == ["not_entailment", "entailment"]
-    assert label_strings(get_task("stsb"), torch.tensor([[-0.5], [2.25], [7.0]])) == ["0.000", "2.250", "5.000"]
+    assert TASKS["mnli"].label_strings(outputs) == ["neutral", "entailment"]
+    assert TASKS["rte"].label_strings(outputs[:, :2]) == ["not_entailment", "entailment"]
+    assert TASKS["stsb"].label_strings(torch.tensor([[-0.5], [2.25], [7.0]])) == ["0.000", "2.250", "5.000"]

@@ -11,15 +11,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+from transformers import (AutoModelForMultipleChoice, AutoTokenizer, BertConfig, BertForMaskedLM, BertTokenizerFast,
+                          RobertaConfig, RobertaForMaskedLM)
 
 from cramming.errors import CrammingError
 from cramming.eval.batching import collate, evaluation_batches
-from cramming.eval.data import GlueDataMissing
 from cramming.eval.encoders import open_encoder
-from cramming.eval.multiple_choice import (
-    TASKS, MultipleChoice, encode_split, load_hub_split, load_task, read_csv_split)
+from cramming.eval.finetune import glue_dev_scores
 from cramming.eval.run import run_glue
+from cramming.eval.tasks.base import DataMissing
+from cramming.eval.tasks.registry import TASKS
+from cramming.eval.tasks.swag import load_hub_split, read_csv_split
 from cramming.model.export import export_to_transformers
 
 from .conftest import make_checkpoint
@@ -113,15 +115,15 @@ def test_header_without_the_columns_and_missing_files(tmp_path):
     path = write_csv(tmp_path / "SWAG" / "train.csv", swag_rows(2), header=HEADER[:-1] + ["gold"])
     with pytest.raises(CrammingError, match=r"train.csv, line 1: the header lacks the column\(s\) label"):
         read_csv_split(path, 0.001)
-    with pytest.raises(GlueDataMissing, match="val.csv not found"):
+    with pytest.raises(DataMissing, match="val.csv not found"):
         write_csv(path, swag_rows(2))
-        load_task(TASKS["swag"], str(tmp_path), 0.001)
+        TASKS["swag"].load(str(tmp_path), 0.001)
 
 
 def test_each_example_is_four_pairs_scored_from_cls(swag_dir, swag_checkpoint):
     encoder = open_encoder(str(swag_checkpoint), dropout=0.1)
-    data = load_task(TASKS["swag"], str(swag_dir), 0.001)
-    split = encode_split(data.evaluations["swag"], encoder.tokenizer, max_length=16)
+    data = TASKS["swag"].load(str(swag_dir), 0.001)
+    split = TASKS["swag"].encode(data.evaluations["swag"], encoder.tokenizer, max_length=16)
     assert len(split) == 24 and split.choices == 4
     tokenizer, first = encoder.tokenizer, data.evaluations["swag"]
     ending = f"{first.starts[0]} {first.endings[0][2]}"
@@ -129,7 +131,7 @@ def test_each_example_is_four_pairs_scored_from_cls(swag_dir, swag_checkpoint):
     assert split.input_ids[0][2] == pair["input_ids"]  # [CLS] sent1 [SEP] sent2 ending [SEP], as a GLUE pair
     batch = collate(split, evaluation_batches(split, 5)[0], tokenizer.pad_token_id)
     assert batch["input_ids"].shape[:2] == (5, 4) and batch["labels"].shape == (5,)
-    model = MultipleChoice(encoder.classifier(1, 0.1, seed=0)).eval()
+    model = TASKS["swag"].model(encoder, 0.1, seed=0).eval()
     output = model(**batch)
     assert output.logits.shape == (5, 4) and output.loss.ndim == 0
     alone = model.scorer(input_ids=batch["input_ids"][1], attention_mask=batch["attention_mask"][1]).logits
@@ -167,10 +169,26 @@ def test_a_bad_swag_label_ends_in_one_line(swag_checkpoint, tmp_path):
         f"error: {train}, line 5: label '5' is not one of 0-3 (1 malformed of 10 rows")
 
 
-def test_our_export_scores_swag_as_our_checkpoint_does(swag_dir, swag_checkpoint, tmp_path):
-    """The same head and pooler on both paths: ckpt=hf:<export> gives our checkpoint's losses and accuracy."""
+def accuracy_of_kept_model(folder: Path, split) -> float:
+    """A kept SWAG model scored as a user would: AutoModelForMultipleChoice on its tokenizer's padded pairs."""
+    model = AutoModelForMultipleChoice.from_pretrained(folder, trust_remote_code=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    first = [context for context in split.contexts for _ in range(4)]
+    second = [f"{start} {ending}".strip() for start, endings in zip(split.starts, split.endings) for ending in endings]
+    inputs = tokenizer(first, second, padding=True, truncation=True, max_length=128, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**{key: value.view(len(split), 4, -1) for key, value in inputs.items()}).logits  # (N, 4)
+    assert type(model).__name__ == "CrammedBertForMultipleChoice"
+    return 100 * (logits.argmax(-1) == torch.tensor(split.labels)).float().mean().item()
+
+
+def test_our_export_scores_swag_as_our_checkpoint_does_and_both_keep_a_multiple_choice_model(
+        swag_dir, swag_checkpoint, tmp_path):
+    """The same head and pooler on both paths: ckpt=hf:<export> gives our checkpoint's losses and accuracy; each
+    keeps (eval.save_models) the model that scored, as AutoModelForMultipleChoice loads it."""
     export_to_transformers(swag_checkpoint, tmp_path / "export")
-    settings = {"tasks": ["swag"], "data_dir": str(swag_dir), "epochs": 1, "max_train_examples": 16}
+    settings = {"tasks": ["swag"], "data_dir": str(swag_dir), "epochs": 1, "max_train_examples": 16,
+                "save_models": True}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model: one thread is faster than two fought over
     try:
@@ -182,26 +200,61 @@ def test_our_export_scores_swag_as_our_checkpoint_does(swag_dir, swag_checkpoint
     losses = [[epoch["train_loss"] for epoch in run["tasks"]["swag"]["seeds"]["0"]]
               for run in (direct, exported)]
     assert losses[0] == losses[1]
+    assert direct["beyond_glue"] == {"swag": "accuracy"}
+    validation = read_csv_split(swag_dir / "SWAG" / "val.csv", 0.0)
+    for run in ("direct", "exported"):
+        kept = accuracy_of_kept_model(tmp_path / run / "models" / "swag-seed0", validation)
+        assert kept == pytest.approx(direct["scores"]["swag"]["accuracy"], abs=1e-3), run
+    # what quantize_eval_task=swag scores (scripts/export.py): the kept model through the task's own encoding
+    kept_scores = glue_dev_scores(tmp_path / "direct" / "models" / "swag-seed0", "swag", str(swag_dir))
+    assert kept_scores["swag"]["accuracy"] == pytest.approx(direct["scores"]["swag"]["accuracy"], abs=1e-3)
+    with pytest.raises(CrammingError, match=r"^quantize_eval_task=swag: no data to score it on \(.*not found\)$"):
+        glue_dev_scores(tmp_path / "direct" / "models" / "swag-seed0", "swag", str(tmp_path / "nowhere"))
 
 
-def test_a_transformers_bert_reads_four_pairs_with_segment_ids(swag_dir, tmp_path):
+def bert_like_folder(folder: Path, config_class, model_class) -> Path:
+    """A tiny masked LM of a transformers architecture, saved with a WordPiece tokenizer of SWAG's words."""
     words = sorted({word.strip('.,"') for row in swag_rows(200) for text in row[4:11]
                     for word in text.split()})
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
-    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    BertTokenizerFast(vocab_file=str(tmp_path / "vocab.txt")).save_pretrained(tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    BertTokenizerFast(vocab_file=str(folder / "vocab.txt")).save_pretrained(folder)
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64)
-    BertForMaskedLM(config).save_pretrained(tmp_path)
-    encoder = open_encoder(f"hf:{tmp_path}", dropout=0.1)
-    train = load_task(TASKS["swag"], str(swag_dir), 0.001).train
-    split = encode_split(train, encoder.tokenizer, max_length=128)
+    config = config_class(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                          intermediate_size=64, pad_token_id=0)
+    model_class(config).save_pretrained(folder)
+    return folder
+
+
+def test_a_transformers_bert_reads_four_pairs_with_segment_ids_and_keeps_its_multiple_choice_model(
+        swag_dir, tmp_path):
+    encoder = open_encoder(f"hf:{bert_like_folder(tmp_path / 'bert', BertConfig, BertForMaskedLM)}", dropout=0.1)
+    train = TASKS["swag"].load(str(swag_dir), 0.001).train
+    split = TASKS["swag"].encode(train, encoder.tokenizer, max_length=128)
     batch = collate(split, [0, 1, 2], encoder.tokenizer.pad_token_id)
     assert batch["token_type_ids"].shape == batch["input_ids"].shape == (3, 4, batch["input_ids"].shape[-1])
     assert batch["token_type_ids"].max() == 1  # sent2 + ending is segment 1
-    output = MultipleChoice(encoder.classifier(1, 0.1, seed=0))(**batch)
+    model = TASKS["swag"].model(encoder, 0.1, seed=0)
+    output = model(**batch)
     assert output.logits.shape == (3, 4) and torch.isfinite(output.loss)
+
+    TASKS["swag"].save(model, encoder, tmp_path / "kept")
+    kept = AutoModelForMultipleChoice.from_pretrained(tmp_path / "kept").eval()
+    assert type(kept).__name__ == "BertForMultipleChoice"
+    with torch.no_grad():
+        torch.testing.assert_close(kept(**batch).logits, model.eval()(**batch).logits)
+
+
+def test_an_architecture_whose_multiple_choice_head_differs_keeps_the_scorer_and_says_so(swag_dir, tmp_path, caplog):
+    """RoBERTa's multiple-choice model reads its pooler, its sequence classifier a head of its own: SWAG's
+    scorer cannot become the one, so it is kept as the other, with a warning."""
+    encoder = open_encoder(f"hf:{bert_like_folder(tmp_path / 'roberta', RobertaConfig, RobertaForMaskedLM)}", 0.1)
+    model = TASKS["swag"].model(encoder, 0.1, seed=0)
+    TASKS["swag"].save(model, encoder, tmp_path / "kept")
+    assert json.loads((tmp_path / "kept" / "config.json").read_text())["architectures"] == [
+        "RobertaForSequenceClassification"]
+    assert "the multiple-choice model of its architecture does not hold the scorer SWAG trained" in caplog.text
 
 
 def test_the_hub_reader_maps_the_hub_columns(monkeypatch):
@@ -213,11 +266,11 @@ def test_the_hub_reader_maps_the_hub_columns(monkeypatch):
     labelled = datasets.Dataset.from_dict(columns | {"label": [int(row[-1]) for row in rows]})
     asked = []
     monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: asked.append((args, kwargs)) or labelled)
-    split = load_hub_split(TASKS["swag"], "validation")
+    split = load_hub_split("validation")
     assert asked == [(("allenai/swag", "regular"), {"split": "validation"})]
     assert split.source == "allenai/swag/regular:validation" and split.labels == labelled["label"]
     assert split.contexts == columns["sent1"] and split.endings[3] == tuple(rows[3][7:11])
     unlabelled = datasets.Dataset.from_dict(columns | {"label": [-1] * 5})  # as the hub's test split
     monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: unlabelled)
     with pytest.raises(CrammingError, match="allenai/swag/regular:test: label -1 is not one of 0-3"):
-        load_hub_split(TASKS["swag"], "test")
+        load_hub_split("test")

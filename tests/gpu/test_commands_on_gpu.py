@@ -3,16 +3,18 @@ and the automatic microbatch, resume, GLUE on the checkpoint, the benchmark, tor
 and the device rule with the real `torch.cuda.set_device`."""
 
 import json
-import math
 import sys
 
 import pytest
 import torch
 
 from cramming.runtime import prepare_device, resolve_device
-from tests.gpu.conftest import STEPS, TINY_GPU_RUN, losses, run_script, summary, the_run
+from tests.eval.conftest import make_checkpoint
+from tests.gpu.conftest import (STEPS, TINY_GPU_RUN, assert_a_budget_run, losses, run_script, summary,
+                                the_run)
 
 
+@pytest.mark.quick
 def test_an_index_less_cuda_device_is_resolved_with_its_index_and_prepared():
     device = resolve_device("cuda", "device")
     assert device.index == torch.cuda.current_device()
@@ -33,10 +35,9 @@ def budget_run(tmp_path_factory):
 def test_pretraining_under_the_budget_clock_with_compile_and_the_automatic_microbatch(budget_run):
     run_dir, output = budget_run
     result = summary(run_dir)
-    assert result["stop_reason"] == "budget" and result["provenance"]["device"]["type"] == "cuda"
+    assert_a_budget_run(result)
+    assert result["provenance"]["device"]["type"] == "cuda"
     assert result["microbatch_source"] != "cpu profile" and result["microbatch_size"] >= 32
-    assert result["compile_s"] > 0 and math.isfinite(result["final_loss"])
-    assert result["validation"]["final_loss"] < result["validation"]["first_loss"]
     assert (run_dir / "checkpoints" / "final" / "model.safetensors").is_file()
     assert "Traceback" not in output
 
@@ -57,16 +58,18 @@ def test_a_run_resumed_from_a_middle_checkpoint_continues_it(tmp_path):
     torch.testing.assert_close(losses(again), losses(straight), rtol=1e-3, atol=1e-3)
 
 
-def test_eval_glue_scores_the_checkpoint_on_the_gpu(budget_run, tmp_path):
-    run_dir, _ = budget_run
-    rte = tmp_path / "glue" / "RTE"
-    rte.mkdir(parents=True)
+@pytest.mark.quick
+def test_eval_glue_scores_a_checkpoint_on_the_gpu(tmp_path):
+    """The command on a tiny checkpoint made here (the budget run's would cost the quick selection its 36 s)."""
     header = "index\tsentence1\tsentence2\tlabel\n"
     rows = [f"{i}\tThe cat number {i} sat on the mat.\tA cat sat.\t{('entailment', 'not_entailment')[i % 2]}\n"
             for i in range(48)]
+    checkpoint = make_checkpoint(tmp_path / "ckpt", [row.split("\t")[1] for row in rows], vocab_size=100)
+    rte = tmp_path / "glue" / "RTE"
+    rte.mkdir(parents=True)
     (rte / "train.tsv").write_text(header + "".join(rows[:32]))
     (rte / "dev.tsv").write_text(header + "".join(rows[32:]))
-    run = run_script("eval_glue.py", f"ckpt={run_dir}", "eval.tasks=[rte]", f"eval.data_dir={tmp_path / 'glue'}",
+    run = run_script("eval_glue.py", f"ckpt={checkpoint}", "eval.tasks=[rte]", f"eval.data_dir={tmp_path / 'glue'}",
                      "eval.epochs=1", f"output_dir={tmp_path / 'out'}")
     assert run.returncode == 0, run.stderr[-3000:]
     (results_file,) = (tmp_path / "out").rglob("glue_results.json")
@@ -91,6 +94,7 @@ def test_the_benchmark_times_every_gpu_option_against_the_default(tmp_path):
         assert figures["tokens_per_s_vs_default"] > 0 and figures["peak_memory_vs_default"] > 0
 
 
+@pytest.mark.quick
 def test_torchrun_with_one_process(tmp_path):
     torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1")
     run = run_script("pretrain.py", *TINY_GPU_RUN, *STEPS, "impl.compile=false", f"output_dir={tmp_path}",

@@ -43,6 +43,7 @@ def test_divergence_stops_in_one_line_without_a_bad_checkpoint(tmp_path, precisi
     assert summary(the_run(tmp_path))["stop_reason"] == "non-finite"
 
 
+@pytest.mark.quick
 def test_the_export_gives_our_logits_on_cuda(tmp_path):
     texts = [f"the number {i} is written here in a sentence of words." for i in range(200)]
     checkpoint = make_checkpoint(tmp_path / "ckpt", texts, vocab_size=200)

@@ -20,7 +20,7 @@ class NanLossAt(Callback):
         return loss * float("nan") if state.progress.step + 1 == self.step else loss
 
 
-@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("precision", [pytest.param("bf16", marks=pytest.mark.quick), "fp16"])
 def test_the_default_step_makes_no_host_sync_on_the_gpu(tmp_path, monkeypatch, precision):
     guarded, run = [], Step.run
 

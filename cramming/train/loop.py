@@ -10,8 +10,7 @@ import torch
 
 from cramming.gradient_step import Step
 from cramming.runtime import accumulation_steps, lr_multiplier, set_lr
-from cramming.train.callbacks import CallbackList
-from cramming.train.state import TrainState
+from cramming.train.callbacks import CallbackList, TrainState
 from cramming.train.stopping import LocalAgreement
 
 

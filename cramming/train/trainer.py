@@ -1,7 +1,7 @@
 """pretrain(cfg): set up outside the budget, train under it, leave the run's record.
 
 The trainer only composes. Set-up: settings, data, model, optimizer, resume, microbatch, run directory.
-Training: the loop (train.loop) runs the step (train.step) under the stopping rule and the schedules, and
+Training: the loop (train.loop) runs the step (cramming.gradient_step) under the stopping rule and the schedules, and
 calls the callbacks at its named points: techniques first, then the metrics record and the checkpoints.
 """
 
@@ -22,37 +22,31 @@ from cramming.data.store import PreparedDataset
 from cramming.data.stream import Microbatches
 from cramming.data.tokenizer import as_transformers_tokenizer, load_tokenizer
 from cramming.files import write_atomically
+from cramming.gradient_step import Step
 from cramming.hardware import budget_seconds
 from cramming.model import build_mlm_model, training_flops_per_token
 from cramming.provenance import config_sha256, provenance
 from cramming.runs import FINAL, new_run_dir, resolve_checkpoint
 from cramming.runtime import deterministic_algorithms, prepare_device
-from cramming.train.callbacks import Callback, CallbackList
-from cramming.train.checkpoint import (Checkpointer, NonFiniteWeightsError, load_state, restore,
-                                       resume_fingerprint)
-from cramming.train.clock import BudgetClock, time_source
+from cramming.train.callbacks import Callback, CallbackList, Progress, TrainState
+from cramming.train.checkpoint import (Checkpointer, Heartbeat, NonFiniteWeightsError, charge_lost_time,
+                                       load_state, restore, resume_fingerprint)
+from cramming.train.config import check_pretrain_config
 from cramming.train.distributed import Distributed, NodeHandoff
-from cramming.train.divergence import resume_advice
-from cramming.train.heartbeat import Heartbeat, charge_lost_time
-from cramming.train.interrupt import Interrupted
-from cramming.gradient_step import Step
 from cramming.train.loop import Schedule, count_microbatch, counted_finite, run_loop
-from cramming.train.metrics import MetricsLog, MetricsLogger, format_duration
-from cramming.train.microbatch import choose_microbatch
+from cramming.train.metrics import (MetricsLog, MetricsLogger, ProgressBar, WandbLogger, format_duration,
+                                    use_bar)
+from cramming.train.nonfinite import NonFiniteLossError, NonFiniteSteps, resume_advice
 from cramming.train.optimizers import build_pretraining_optimizer, resolve_optim
 from cramming.train.plots import PlotRefresh, plot_run
-from cramming.train.progress_bar import ProgressBar, use_bar
-from cramming.train.config import check_pretrain_config
-from cramming.train.settings import Settings, device_profile, resolve_settings
-from cramming.train.state import Progress, TrainState
-from cramming.train.nonfinite import NonFiniteLossError, NonFiniteSteps
-from cramming.train.stopping import LocalAgreement, StoppingRule, agreement as rank_agreement
+from cramming.train.settings import Settings, choose_microbatch, device_profile, resolve_settings
+from cramming.train.stopping import (BudgetClock, Interrupted, LocalAgreement, StoppingRule,
+                                     agreement as rank_agreement, time_source)
+from cramming.train.summary import RunFacts, build_summary, peak_memory_gb, read_records, write_summary
 from cramming.train.techniques import (RunContext, build_techniques, data_stream, extra_memory, prepare_model,
                                        wrap_optimizer, wrap_step)
-from cramming.train.summary import RunFacts, build_summary, peak_memory_gb, read_records, write_summary
 from cramming.train.telemetry import TelemetrySampler
 from cramming.train.validation import Validation
-from cramming.train.wandb_logger import WandbLogger
 
 log = logging.getLogger("pretrain")
 

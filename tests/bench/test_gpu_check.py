@@ -20,7 +20,7 @@ from cramming.bench.gpu_suite import read_outcomes
 from cramming.bench.inspect import sdpa_kernel_used
 from cramming.composition import compose_config as compose_command
 from cramming.errors import CrammingError
-from cramming.train.interrupt import Interrupted
+from cramming.train.stopping import Interrupted
 from cramming.train.trainer import pretrain
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT, SHARED_DATA

@@ -23,7 +23,7 @@ from cramming.errors import CrammingError
 from cramming.model.checkpoint import read_weights
 from cramming.train import heartbeat
 from cramming.train.callbacks import Callback
-from cramming.train.interrupt import Interrupted
+from cramming.train.stopping import Interrupted
 from cramming.train.trainer import pretrain
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT

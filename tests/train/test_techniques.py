@@ -22,13 +22,12 @@ from cramming.train.techniques.ema import Ema
 from cramming.train.techniques.importance_sampling import ImportanceSampling
 from cramming.train.techniques.layer_drop import drop_rates
 from cramming.model.checkpoint import load_pretrained, read_config
-from cramming.train.callbacks import Callback
+from cramming.train.callbacks import Callback, Progress, TrainState
 from cramming.train.techniques.sparsity import Sparsity, gradual_density, magnitude_mask, two_of_four_mask
 from cramming.train.techniques.stacking import Stacking
 from cramming.train.techniques.sam import SharpnessAwareStep
 from cramming.train.techniques.sophia import SophiaG, SophiaHessian
 from cramming.train.techniques.z_loss import z_penalty
-from cramming.train.state import Progress, TrainState
 from cramming.train.trainer import pretrain
 from tests.conftest import REPO_ROOT
 from tests.test_bad_inputs import run_command

@@ -17,13 +17,12 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from cramming.data.mlm import IGNORE_INDEX
+from cramming.data.mlm import IGNORE_INDEX, labels_at_logits, logits_at_masks
 from cramming.errors import CrammingError
 from cramming.model.checkpoint import WEIGHTS_NAME, load_pretrained
 from cramming.model.crammed_bert import CrammedForMaskedLM
 from cramming.runs import resolve_checkpoint
-from cramming.train.masked import labels_at_logits, logits_at_masks
-from cramming.train.state import TrainState
+from cramming.train.callbacks import TrainState
 from cramming.train.techniques.base import RunContext, Setting, Technique, require
 
 log = logging.getLogger("pretrain")

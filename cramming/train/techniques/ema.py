@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cramming.train.state import TrainState
+from cramming.train.callbacks import TrainState
 from cramming.train.techniques.base import RunContext, Setting, Technique, parameter_bytes, require
 
 log = logging.getLogger("pretrain")

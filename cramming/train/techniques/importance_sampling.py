@@ -23,11 +23,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from cramming.data.mlm import IGNORE_INDEX
+from cramming.data.mlm import IGNORE_INDEX, labels_at_logits
 from cramming.data.stream import Microbatches
 from cramming.errors import CrammingError
-from cramming.train.masked import labels_at_logits
-from cramming.train.state import TrainState
+from cramming.train.callbacks import TrainState
 from cramming.train.techniques.base import RunContext, Setting, Technique, require
 
 UNIFORM_SHARE = 0.1  # of each row's probability that is uniform: weights stay <= 1 / UNIFORM_SHARE

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from cramming.errors import CrammingError
-from cramming.train.state import TrainState
+from cramming.train.callbacks import TrainState
 from cramming.train.techniques.base import RunContext, Setting, Technique, require
 
 

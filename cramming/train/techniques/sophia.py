@@ -19,11 +19,10 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from cramming.data.mlm import IGNORE_INDEX
+from cramming.data.mlm import IGNORE_INDEX, labels_at_logits
 from cramming.errors import CrammingError
-from cramming.train.masked import labels_at_logits
 from cramming.train.optimizers import Optimizer, optimizer_groups
-from cramming.train.state import TrainState
+from cramming.train.callbacks import TrainState
 from cramming.train.techniques.base import RunContext, Setting, Technique, parameter_bytes, require
 
 

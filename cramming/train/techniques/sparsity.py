@@ -35,7 +35,7 @@ import torch
 from cramming.errors import CrammingError
 from cramming.model.checkpoint import load_weights, read_weights
 from cramming.train.encoder import encoder_matrices
-from cramming.train.state import TrainState
+from cramming.train.callbacks import TrainState
 from cramming.train.techniques.base import RunContext, Setting, Technique, require
 from cramming.train.techniques.lottery import lottery_ticket
 

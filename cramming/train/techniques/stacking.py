@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 
 from cramming.errors import CrammingError
-from cramming.train.state import TrainState
+from cramming.train.callbacks import TrainState
 from cramming.train.techniques.base import RunContext, Setting, Technique, require
 
 log = logging.getLogger("pretrain")

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from cramming.data.mlm import IGNORE_INDEX
-from cramming.train.masked import labels_at_logits
-from cramming.train.state import TrainState
+from cramming.data.mlm import IGNORE_INDEX, labels_at_logits
+from cramming.train.callbacks import TrainState
 from cramming.train.techniques.base import RunContext, Setting, Technique, require
 
 

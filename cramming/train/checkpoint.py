@@ -244,7 +244,7 @@ class NonFiniteWeightsError(CrammingError):
 
 log = logging.getLogger("pretrain")
 HEARTBEAT_FILE = "heartbeat.json"
-INTERVAL_S = 10.0
+HEARTBEAT_INTERVAL_S = 10.0
 
 
 class Heartbeat(Callback):
@@ -255,7 +255,7 @@ class Heartbeat(Callback):
 
     def __init__(self, run_dir: Path, interval_s: float | None = None):
         self.path, self.written_at = run_dir / HEARTBEAT_FILE, float("-inf")
-        self.interval_s = INTERVAL_S if interval_s is None else interval_s
+        self.interval_s = HEARTBEAT_INTERVAL_S if interval_s is None else interval_s
 
     def on_train_start(self, state: TrainState) -> None:
         self._beat(state)

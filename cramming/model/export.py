@@ -1,9 +1,11 @@
 """Export a checkpoint directory to one that `transformers` loads.
 
-The BERT layout (post-LN, GELU FFN, biases, learned positions, head transform, no final norm) maps onto the
-native BertForMaskedLM / BertForSequenceClassification. Any other layout, crammed-bert included, is written
-as remote code: the training model's own files (crammed_bert.py, layers.py, unpadded.py, initialization.py)
-and its transformers wrappers next to config.json, loaded with `trust_remote_code=True`.
+A layout that a native transformers class computes exports as that class, loaded with no remote code: the
+BERT layout (post-LN, GELU FFN, biases, learned positions, head transform, no final norm) as
+BertForMaskedLM / BertForSequenceClassification, ModernBERT's (export_modernbert.py) as
+ModernBertForMaskedLM / ModernBertForSequenceClassification. Any other layout, crammed-bert included, is
+written as remote code: the training model's own files (crammed_bert.py, layers.py, unpadded.py,
+initialization.py) and its transformers wrappers next to config.json, loaded with `trust_remote_code=True`.
 """
 
 import json
@@ -20,7 +22,9 @@ from . import configuration_crammed_bert, crammed_bert, initialization, layers, 
 from . import unpadded
 from .checkpoint import load_pretrained
 from .configuration_crammed_bert import CrammedBertConfig
-from .crammed_bert import CrammedForMaskedLM
+from .crammed_bert import CrammedForMaskedLM, has_decoder_bias
+from .export_modernbert import as_native_modernbert, is_modernbert_layout
+from .layers import has_local_layers
 
 # torch + transformers only; the model's files import one another relatively (from .layers import ...)
 REMOTE_CODE = (modeling_crammed_bert, configuration_crammed_bert, crammed_bert, layers, unpadded,
@@ -38,6 +42,8 @@ def export_to_transformers(directory_in: str | os.PathLike, directory_out: str |
     tokenizer = as_transformers_tokenizer(tokenizer.backend_tokenizer, tokenizer.model_max_length)
     if is_bert_layout(model.config):
         _as_native_bert(model).save_pretrained(directory_out)
+    elif is_modernbert_layout(model.config):
+        as_native_modernbert(model).save_pretrained(directory_out)
     else:
         _save_remote_code(model, directory_out)
     tokenizer.save_pretrained(directory_out)
@@ -59,8 +65,13 @@ def is_bert_layout(cfg) -> bool:
         and cfg.init_scheme not in ("skipinit", "deepnorm")  # BERT has neither residual gates nor DeepNorm's α
         and cfg.ffn == "gelu"
         and cfg.bias
+        and has_decoder_bias(cfg)
+        and cfg.norm_bias
         and cfg.positions == "learned"
+        and not has_local_layers(cfg)
         and cfg.head_transform
+        and cfg.classifier_head == "pooler"
+        and cfg.classifier_pooling == "cls"
         and not cfg.final_norm
     )
 

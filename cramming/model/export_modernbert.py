@@ -1,5 +1,6 @@
-"""A model of ModernBERT's layout as transformers' own ModernBertForMaskedLM / ModernBertForSequenceClassification:
-its config keys from our arch keys, its weight names from ours. Loads with no remote code.
+"""A model of ModernBERT's layout as transformers' own ModernBertForMaskedLM or
+ModernBertForSequenceClassification (cramming.model.export builds it): its config keys from our arch keys,
+its weight names from ours.
 
 What ModernBERT computes, and so what a layout must be to export this way (`is_modernbert_layout`): pre-LN
 layers, the first without an attention LayerNorm, a final LayerNorm, the GELU-gated FFN (its first half
@@ -10,9 +11,9 @@ dropout and sparse prediction map onto its keys. No residual gates or DeepNorm Î
 """
 
 import torch
-from transformers import ModernBertConfig, ModernBertForMaskedLM, ModernBertForSequenceClassification
+from transformers import ModernBertConfig
 
-from .crammed_bert import CrammedForMaskedLM, has_decoder_bias
+from .crammed_bert import has_decoder_bias
 from .layers import attends_globally
 
 # Our special tokens' fixed ids (cramming.data.tokenizer): [PAD]=0, [CLS]=2, [SEP]=3
@@ -33,10 +34,10 @@ def is_modernbert_layout(cfg) -> bool:
     )
 
 
-def as_native_modernbert(model):
-    """Our masked-LM or classifier as the transformers ModernBERT class with the same weights."""
-    cfg, is_mlm = model.config, isinstance(model, CrammedForMaskedLM)
-    config = ModernBertConfig(
+def modernbert_config(model) -> ModernBertConfig:
+    """The ModernBertConfig of our masked-LM or classifier (num_labels: set by the export)."""
+    cfg = model.config
+    return ModernBertConfig(
         vocab_size=model.vocab_size,
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size // 2,  # ModernBERT names the width of one GLU half
@@ -66,26 +67,18 @@ def as_native_modernbert(model):
         sparse_prediction=cfg.sparse_prediction,
         tie_word_embeddings=True,
     )
-    if is_mlm:
-        hf_model = ModernBertForMaskedLM(config)
-    else:
-        config.num_labels = model.num_labels
-        config.problem_type = "regression" if model.num_labels == 1 else "single_label_classification"
-        hf_model = ModernBertForSequenceClassification(config)
-    hf_model.load_state_dict(_native_state(model, is_mlm), strict=True)
-    return hf_model
 
 
 # our name -> ModernBERT's, within the encoder, in each layer, and in the heads
-_ENCODER = {"embeddings.word_embeddings": "embeddings.tok_embeddings", "embeddings.LayerNorm": "embeddings.norm",
-            "final_norm": "final_norm"}
+_ENCODER = {"embeddings.word_embeddings": "embeddings.tok_embeddings",
+            "embeddings.LayerNorm": "embeddings.norm", "final_norm": "final_norm"}
 _LAYER = {"attention_norm": "attn_norm", "attention.qkv": "attn.Wqkv", "attention.dense": "attn.Wo",
           "ffn_norm": "mlp_norm", "ffn.intermediate": "mlp.Wi", "ffn.output": "mlp.Wo"}
 _MLM_HEAD = {"cls.transform.dense": "head.dense", "cls.transform.LayerNorm": "head.norm"}
 _CLASSIFIER_HEAD = {"head.dense": "head.dense", "head.norm": "head.norm", "head.classifier": "classifier"}
 
 
-def _native_state(model, is_mlm: bool) -> dict[str, torch.Tensor]:
+def modernbert_state(model, is_mlm: bool) -> dict[str, torch.Tensor]:
     """Our state dict under ModernBERT's names (qkv and the GLU's two halves are fused in both)."""
     renames = {f"bert.{ours}": f"model.{theirs}" for ours, theirs in _ENCODER.items()}
     for i in range(model.config.num_layers):

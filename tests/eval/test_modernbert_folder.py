@@ -2,7 +2,6 @@
 scored under the protocol, and our modern-bert export, a folder of the same class, takes the same path."""
 
 import json
-from collections import Counter
 
 import pytest
 import torch
@@ -17,24 +16,19 @@ from tests.commands import in_subprocess
 from tests.model.conftest import arch_config
 
 from .conftest import GLUE_DIR
+from .test_any_encoder import bert_folder  # noqa: F401  (the fixture: a BERT folder and its RTE vocabulary)
 
 
 @pytest.fixture(scope="module")
-def modernbert_folder(tmp_path_factory):
-    """A small ModernBertForMaskedLM as transformers writes it, with a tokenizer that makes no segment ids
-    (as ModernBERT's own), whose vocabulary is RTE's common words; windows of 16 tokens on 2 of 3 layers."""
-    if not GLUE_DIR.is_dir():
-        pytest.skip(f"GLUE TSV files not found at {GLUE_DIR}")
-    folder = tmp_path_factory.mktemp("modernbert") / "modernbert"
-    lines = (GLUE_DIR / "RTE" / "train.tsv").read_text(encoding="utf-8").split("\n")[1:]
-    words = Counter(word for line in lines for text in line.split("\t")[1:3] for word in text.lower().split())
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *(w for w, _ in words.most_common(3000) if w.isalpha())]
-    folder.mkdir()
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tokenizer = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True,
+def modernbert_folder(bert_folder):
+    """A small ModernBertForMaskedLM as transformers writes it, with bert_folder's vocabulary (RTE's common
+    words) in a tokenizer that makes no segment ids, as ModernBERT's own; windows of 16 tokens on 2 of 3
+    layers."""
+    folder = bert_folder.parent / "modernbert"
+    tokenizer = BertTokenizerFast(vocab_file=str(bert_folder / "vocab.txt"), do_lower_case=True,
                                   model_input_names=["input_ids", "attention_mask"])
     torch.manual_seed(0)
-    config = ModernBertConfig(vocab_size=len(vocab), hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+    config = ModernBertConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=96, num_hidden_layers=3,
                               num_attention_heads=2, max_position_embeddings=512, local_attention=16,
                               pad_token_id=0, bos_token_id=2, cls_token_id=2, eos_token_id=3, sep_token_id=3)
     ModernBertForMaskedLM(config).save_pretrained(folder)

@@ -34,7 +34,7 @@ class ModelConfig:
     ffn: str = "glu"  # glu: GELU(gate) * value | gelu: GELU(x), as in BERT
     norm_scheme: str = "pre"  # pre: x + f(LN x) | post: LN(x + f(x)), as in BERT | none: x + f(x)
     final_norm: bool = True  # LayerNorm after the last layer
-    bias: bool = False  # biases in every Linear of the encoder and heads (the MLM decoder's: decoder_bias)
+    bias: bool = False  # biases in the encoder's Linears and the heads' transforms (BERT's pooler always has)
     decoder_bias: bool | None = None  # the MLM decoder's bias; None: as `bias`
     norm_bias: bool = True  # biases (shifts) in every LayerNorm
     # scaled-sinusoidal: fixed sinusoids x one learned scalar | learned: a table | rope: rotary, in attention

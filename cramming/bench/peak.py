@@ -18,15 +18,16 @@ Shape = tuple[int, int, int]  # (M, K, N): an (M, K) by (K, N) product
 def model_gemm_shapes(arch: ModelConfig, batch_size: int, seq_length: int, vocab_size: int,
                       mlm_rate: float) -> list[tuple[Shape, int]]:
     """(shape, times per step) of the training step's GEMMs: each forward product of a layer (qkv, attention
-    output, FFN in and out — GLU halves the output's input), num_layers times, and of the decoder (on the
-    masked or on all tokens), once; each with the two products of its backward pass (input gradient,
-    weight gradient)."""
+    output, FFN in and out — GLU halves the output's input), num_layers times, and of the head (its
+    transform's dense, where it has one, and the decoder, on the masked or on all tokens), once; each with
+    the two products of its backward pass (input gradient, weight gradient)."""
     tokens, hidden = batch_size * seq_length, arch.hidden_size
     width = arch.intermediate_size // 2 if arch.ffn == "glu" else arch.intermediate_size
     predicted = batch_size * round(mlm_rate * seq_length) if arch.sparse_prediction else tokens
     layer = [(tokens, hidden, 3 * hidden), (tokens, hidden, hidden), (tokens, hidden, arch.intermediate_size),
              (tokens, width, hidden)]
-    forward = [(shape, arch.num_layers) for shape in layer] + [((predicted, hidden, vocab_size), 1)]
+    head = [(predicted, hidden, hidden)] * arch.head_transform + [(predicted, hidden, vocab_size)]
+    forward = [(shape, arch.num_layers) for shape in layer] + [(shape, 1) for shape in head]
     return [(shape, count) for (m, k, n), count in forward for shape in ((m, k, n), (m, n, k), (k, m, n))]
 
 

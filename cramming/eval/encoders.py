@@ -26,8 +26,10 @@ from cramming.model.initialization import init_module
 
 log = logging.getLogger(__name__)
 # The names transformers configs give dropout; eval.dropout sets each one a config has (BERT: hidden and
-# attention; classifier_dropout=None would fall back to hidden, set too; ours: `dropout` covers all).
-DROPOUT_KEYS = ("dropout", "hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout")
+# attention; classifier_dropout=None would fall back to hidden, set too; ModernBERT: embeddings, attention,
+# MLP and classifier; ours: `dropout` covers all).
+DROPOUT_KEYS = ("dropout", "hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout",
+                "embedding_dropout", "attention_dropout", "mlp_dropout")
 
 
 def initialize_fresh(model: nn.Module, fresh: Iterable[str], init: Callable[[nn.Module], None], seed: int) -> None:

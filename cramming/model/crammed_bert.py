@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .layers import Embeddings, Layer, gather_rows
+from .layers import Embeddings, Layer, gather_rows, layer_norm
 from .unpadded import Unpadded
 
 
@@ -34,11 +34,24 @@ class ModelConfig:
     ffn: str = "glu"  # glu: GELU(gate) * value | gelu: GELU(x), as in BERT
     norm_scheme: str = "pre"  # pre: x + f(LN x) | post: LN(x + f(x)), as in BERT | none: x + f(x)
     final_norm: bool = True  # LayerNorm after the last layer
-    bias: bool = False  # biases in every Linear of the encoder and MLM head (decoder bias included)
-    positions: str = "scaled-sinusoidal"  # scaled-sinusoidal: fixed sinusoids x one learned scalar | learned
+    bias: bool = False  # biases in the encoder's Linears and the heads' transforms (BERT's pooler always has)
+    decoder_bias: bool | None = None  # the MLM decoder's bias; None: as `bias`
+    norm_bias: bool = True  # biases (shifts) in every LayerNorm
+    # scaled-sinusoidal: fixed sinusoids x one learned scalar | learned: a table | rope: rotary, in attention
+    positions: str = "scaled-sinusoidal"
     max_position_embeddings: int = 128  # longest input; also the size of a learned position table
-    head_transform: bool = False  # BERT's dense + GELU + LayerNorm before the MLM decoder
+    global_rope_theta: float = 160_000.0  # positions=rope: the rotary base of the global layers
+    local_rope_theta: float = 10_000.0  # positions=rope: the rotary base of the sliding-window layers
+    # Layer i attends to every token when i % N == 0, the others within a sliding window; 1: all global
+    global_attn_every_n_layers: int = 1
+    local_attention: int = 128  # the sliding window, in tokens: half of it on each side of the query
+    first_layer_attention_norm: bool = True  # false: layer 0 attends to the (normed) embeddings directly
+    head_transform: bool = False  # dense + GELU + LayerNorm before the MLM decoder (BERT's, ModernBERT's)
     sparse_prediction: bool = True  # run the decoder and loss on the masked positions only
+    # The classifier's head on its pooled state: pooler: BERT's dense + tanh | transform: ModernBERT's
+    # dense + GELU + LayerNorm; then dropout and a linear layer
+    classifier_head: str = "pooler"
+    classifier_pooling: str = "cls"  # cls: the [CLS] position's state | mean: the mean of the real tokens'
     norm_eps: float = 1e-12
     # normal: N(0, init_std) | scaled: residual output projections / sqrt(2L) | small | rezero | skipinit |
     # tfixup | deepnorm: see initialization.init_module (and layers.Layer: the gates of rezero and skipinit,
@@ -61,8 +74,8 @@ class Encoder(nn.Module):
     def __init__(self, cfg, vocab_size: int):
         super().__init__()
         self.embeddings = Embeddings(cfg, vocab_size)
-        self.layer = nn.ModuleList(Layer(cfg) for _ in range(cfg.num_layers))
-        self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps) if cfg.final_norm else nn.Identity()
+        self.layer = nn.ModuleList(Layer(cfg, index) for index in range(cfg.num_layers))
+        self.final_norm = layer_norm(cfg) if cfg.final_norm else nn.Identity()
         # Layers that do not run (their input passes through): set by training techniques that shrink the
         # depth (progressive layer dropping, progressive stacking); empty otherwise and in every export.
         self.skip_layers: frozenset[int] = frozenset()
@@ -128,8 +141,13 @@ class Encoder(nn.Module):
         return layer(x, mask, positions, eager, unpadded)
 
 
+def has_decoder_bias(cfg) -> bool:
+    return cfg.bias if cfg.decoder_bias is None else cfg.decoder_bias
+
+
 class MaskedLMHead(nn.Module):
-    """Optional BERT transform (dense, GELU, LayerNorm), then the decoder tied to the token embedding."""
+    """Optional transform (dense, GELU, LayerNorm: BERT's and ModernBERT's), then the decoder tied to the
+    token embedding."""
 
     def __init__(self, cfg, vocab_size: int):
         super().__init__()
@@ -138,9 +156,9 @@ class MaskedLMHead(nn.Module):
             self.transform = nn.Sequential(OrderedDict(
                 dense=nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=cfg.bias),
                 act=nn.GELU(),
-                LayerNorm=nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps),
+                LayerNorm=layer_norm(cfg),
             ))
-        self.bias = nn.Parameter(torch.zeros(vocab_size)) if cfg.bias else None
+        self.bias = nn.Parameter(torch.zeros(vocab_size)) if has_decoder_bias(cfg) else None
 
     def forward(self, x: torch.Tensor, decoder_weight: torch.Tensor) -> torch.Tensor:
         """x (B, T, C) and the embedding matrix (V, C) to logits (B, T, V)."""
@@ -148,20 +166,36 @@ class MaskedLMHead(nn.Module):
 
 
 class ClassificationHead(nn.Module):
-    """BERT's pooler (dense + tanh on the [CLS] position), dropout, then a linear classifier.
+    """The pooled state (the [CLS] position's, or the mean of the real tokens'), BERT's pooler (dense + tanh)
+    or ModernBERT's head (dense + GELU + LayerNorm), dropout, then a linear classifier.
 
-    The same module serves local and exported checkpoints, so a GLUE score never depends on the code path.
+    The same computation serves local and exported checkpoints (a native export puts these weights into
+    the native class's same head), so a GLUE score never depends on the code path.
     """
 
     def __init__(self, cfg, num_labels: int):
         super().__init__()
-        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.mean_pooling = cfg.classifier_pooling == "mean"
+        transform = cfg.classifier_head == "transform"
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=cfg.bias if transform else True)
+        self.norm = layer_norm(cfg) if transform else None
         self.dropout = nn.Dropout(cfg.dropout)
         self.classifier = nn.Linear(cfg.hidden_size, num_labels)
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden (B, T, C) to logits (B, num_labels); position 0 holds [CLS]."""
-        pooled = torch.tanh(self.dense(hidden[:, 0]))  # (B, C)
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """hidden (B, T, C) to logits (B, num_labels); position 0 holds [CLS]; attention_mask (B, T) is 1
+        for the real tokens that mean pooling averages."""
+        if not self.mean_pooling:
+            pooled = hidden[:, 0]  # (B, C)
+        elif attention_mask is None:
+            pooled = hidden.mean(1)
+        else:
+            real = attention_mask[:, :, None].to(hidden.dtype)  # (B, T, 1)
+            pooled = (hidden * real).sum(1) / real.sum(1)  # (B, C)
+        if self.norm is None:
+            pooled = torch.tanh(self.dense(pooled))
+        else:
+            pooled = self.norm(F.gelu(self.dense(pooled)))
         return self.classifier(self.dropout(pooled))
 
 
@@ -210,7 +244,7 @@ class CrammedForSequenceClassification(nn.Module):
 
     def forward(self, input_ids, attention_mask=None, labels=None) -> Output:
         """input_ids, attention_mask (B, T); labels (B,) class ids, or float targets when num_labels == 1."""
-        logits = self.head(self.bert(input_ids, attention_mask))  # (B, num_labels)
+        logits = self.head(self.bert(input_ids, attention_mask), attention_mask)  # (B, num_labels)
         loss = None
         if labels is not None:
             if self.num_labels == 1:

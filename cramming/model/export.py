@@ -1,9 +1,11 @@
 """Export a checkpoint directory to one that `transformers` loads.
 
-The BERT layout (post-LN, GELU FFN, biases, learned positions, head transform, no final norm) maps onto the
-native BertForMaskedLM / BertForSequenceClassification. Any other layout, crammed-bert included, is written
-as remote code: the training model's own files (crammed_bert.py, layers.py, unpadded.py, initialization.py)
-and its transformers wrappers next to config.json, loaded with `trust_remote_code=True`.
+A layout that a native transformers class computes exports as that class, loaded with no remote code: the
+BERT layout (post-LN, GELU FFN, biases, learned positions, head transform, no final norm) as
+BertForMaskedLM / BertForSequenceClassification, ModernBERT's (export_modernbert.py) as
+ModernBertForMaskedLM / ModernBertForSequenceClassification. Any other layout, crammed-bert included, is
+written as remote code: the training model's own files (crammed_bert.py, layers.py, unpadded.py,
+initialization.py) and its transformers wrappers next to config.json, loaded with `trust_remote_code=True`.
 """
 
 import json
@@ -12,7 +14,13 @@ import shutil
 from pathlib import Path
 
 import torch
-from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification
+from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    BertForSequenceClassification,
+    ModernBertForMaskedLM,
+    ModernBertForSequenceClassification,
+)
 
 from ..data.tokenizer import as_transformers_tokenizer
 from ..errors import CrammingError
@@ -20,7 +28,9 @@ from . import configuration_crammed_bert, crammed_bert, initialization, layers, 
 from . import unpadded
 from .checkpoint import load_pretrained
 from .configuration_crammed_bert import CrammedBertConfig
-from .crammed_bert import CrammedForMaskedLM
+from .crammed_bert import CrammedForMaskedLM, has_decoder_bias
+from .export_modernbert import is_modernbert_layout, modernbert_config, modernbert_state
+from .layers import has_local_layers
 
 # torch + transformers only; the model's files import one another relatively (from .layers import ...)
 REMOTE_CODE = (modeling_crammed_bert, configuration_crammed_bert, crammed_bert, layers, unpadded,
@@ -36,8 +46,15 @@ def export_to_transformers(directory_in: str | os.PathLike, directory_out: str |
     # Our tokenizer rebuilt from its tokenizer.json alone: whatever else the checkpoint's tokenizer files say
     # (an auto_map to someone's remote code, say) is not carried into the export.
     tokenizer = as_transformers_tokenizer(tokenizer.backend_tokenizer, tokenizer.model_max_length)
+    is_mlm = isinstance(model, CrammedForMaskedLM)
     if is_bert_layout(model.config):
-        _as_native_bert(model).save_pretrained(directory_out)
+        classes = BertForMaskedLM, BertForSequenceClassification
+        native = _as_native(model, _bert_config(model), classes, _native_bert_state(model, is_mlm))
+        native.save_pretrained(directory_out)
+    elif is_modernbert_layout(model.config):
+        classes = ModernBertForMaskedLM, ModernBertForSequenceClassification
+        native = _as_native(model, modernbert_config(model), classes, modernbert_state(model, is_mlm))
+        native.save_pretrained(directory_out)
     else:
         _save_remote_code(model, directory_out)
     tokenizer.save_pretrained(directory_out)
@@ -59,15 +76,32 @@ def is_bert_layout(cfg) -> bool:
         and cfg.init_scheme not in ("skipinit", "deepnorm")  # BERT has neither residual gates nor DeepNorm's α
         and cfg.ffn == "gelu"
         and cfg.bias
+        and has_decoder_bias(cfg)
+        and cfg.norm_bias
         and cfg.positions == "learned"
+        and not has_local_layers(cfg)
         and cfg.head_transform
+        and cfg.classifier_head == "pooler"
+        and cfg.classifier_pooling == "cls"
         and not cfg.final_norm
     )
 
 
-def _as_native_bert(model):
-    cfg, is_mlm = model.config, isinstance(model, CrammedForMaskedLM)
-    config = BertConfig(
+def _as_native(model, config, classes, state: dict[str, torch.Tensor]):
+    """The native class, masked-LM or classifier (`classes`), of `config` holding `state`, our weights."""
+    if isinstance(model, CrammedForMaskedLM):
+        native = classes[0](config)
+    else:
+        config.num_labels = model.num_labels
+        config.problem_type = "regression" if model.num_labels == 1 else "single_label_classification"
+        native = classes[1](config)
+    native.load_state_dict(state, strict=True)
+    return native
+
+
+def _bert_config(model) -> BertConfig:
+    cfg = model.config
+    return BertConfig(
         vocab_size=model.vocab_size,
         hidden_size=cfg.hidden_size,
         num_hidden_layers=cfg.num_layers,
@@ -82,14 +116,6 @@ def _as_native_bert(model):
         layer_norm_eps=cfg.norm_eps,
         pad_token_id=0,
     )
-    if is_mlm:
-        hf_model = BertForMaskedLM(config)
-    else:
-        config.num_labels = model.num_labels
-        config.problem_type = "regression" if model.num_labels == 1 else "single_label_classification"
-        hf_model = BertForSequenceClassification(config)
-    hf_model.load_state_dict(_native_bert_state(model, is_mlm), strict=True)
-    return hf_model
 
 
 def _native_bert_state(model, is_mlm: bool) -> dict[str, torch.Tensor]:

@@ -5,6 +5,9 @@ def training_flops_per_token(cfg, vocab_size: int, seq_length: int, mlm_rate: fl
     """FLOPs of one training step (forward + backward = 3 x forward) per input token.
 
     With sparse prediction the MLM head runs on round(mlm_rate * seq_length) positions of each row only.
+    A sliding-window layer counts all T keys per query, as a global one: its window is a mask on the full
+    T x T product, which is what scaled_dot_product_attention computes (no kernel here skips masked blocks).
+    Rotary positions are elementwise, not counted.
     """
     H, T = cfg.hidden_size, seq_length
     ffn_width = cfg.intermediate_size // 2 if cfg.ffn == "glu" else cfg.intermediate_size

@@ -54,7 +54,7 @@ def init_module(module: nn.Module, cfg) -> None:
         nn.init.zeros_(module.bias)
     if isinstance(module, nn.LayerNorm):
         nn.init.ones_(module.weight)
-    if isinstance(module, Embeddings) and module.position_embeddings is None:
+    if isinstance(module, Embeddings) and module.position_scale is not None:
         nn.init.constant_(module.position_scale, SMALL_INIT if scheme == "small" else cfg.hidden_size**-0.5)
     if isinstance(module, Layer) and module.residual_gate is not None:
         nn.init.zeros_(module.residual_gate)

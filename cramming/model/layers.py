@@ -27,20 +27,67 @@ def gather_rows(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return x.gather(1, positions[:, :, None].expand(-1, -1, x.size(-1)))
 
 
+def layer_norm(cfg) -> nn.LayerNorm:
+    return nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps, bias=cfg.norm_bias)
+
+
+def attends_globally(cfg, index: int) -> bool:
+    """Whether layer `index` attends to every token (else within the sliding window), ModernBERT's rule."""
+    return index % cfg.global_attn_every_n_layers == 0
+
+
+def has_local_layers(cfg) -> bool:
+    return not all(attends_globally(cfg, index) for index in range(cfg.num_layers))
+
+
+def rotary(positions: torch.Tensor, head_size: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (*positions.shape, hs) of rotary position codes (RoPE, Su et al. 2021): the angle of
+    frequency i, theta^(-2i/hs), in both halves of a head, which rotate as pairs (i, i + hs/2). Computed on
+    the fly in fp32, as transformers' ModernBERT computes them: no buffer to save or to restore."""
+    exponents = torch.arange(0, head_size, 2, device=positions.device, dtype=torch.float) / head_size
+    inv_freq = 1.0 / (theta**exponents)  # (hs/2,)
+    angles = positions[..., None].float() * inv_freq  # (..., hs/2)
+    angles = torch.cat((angles, angles), dim=-1)  # (..., hs)
+    return angles.cos(), angles.sin()
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (..., hs) rotated by the angles of cos and sin (broadcast to x), in fp32."""
+    first, second = x.float().chunk(2, dim=-1)  # (..., hs/2) each
+    return (x.float() * cos + torch.cat((-second, first), dim=-1) * sin).to(x.dtype)
+
+
+def window_mask(query_positions: torch.Tensor, key_positions: torch.Tensor, half_window: int,
+                key_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Where a sliding-window layer's queries may attend: keys at most half_window positions away, of them
+    the real ones (key_mask (B, 1, 1, T)), and always the query's own position, so that no row is empty (a
+    padded query far from every real token attends to itself; its output is ignored).
+
+    query_positions (Tq,) or (B, Tq), key_positions (T,) -> bool (Tq, T), or (B, 1, Tq, T) with either
+    a key mask or per-row queries.
+    """
+    distance = query_positions[..., :, None] - key_positions  # (Tq, T) or (B, Tq, T)
+    if distance.dim() == 3:
+        distance = distance[:, None]  # (B, 1, Tq, T)
+    allowed = distance.abs() <= half_window
+    return allowed if key_mask is None else allowed & (key_mask | (distance == 0))
+
+
 class Embeddings(nn.Module):
-    """Token embedding plus positions (scaled sinusoids or a learned table), then LayerNorm and dropout."""
+    """Token embedding plus positions (scaled sinusoids or a learned table; rotary positions act in the
+    attention instead), then LayerNorm and dropout."""
 
     def __init__(self, cfg, vocab_size: int):
         super().__init__()
         self.max_positions = cfg.max_position_embeddings
         self.word_embeddings = nn.Embedding(vocab_size, cfg.hidden_size)
+        self.position_embeddings = self.position_scale = None
         if cfg.positions == "learned":
             self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
-        else:
-            self.position_embeddings = None
+        elif cfg.positions == "scaled-sinusoidal":
             # One learned scalar brings unit-amplitude sinusoids to the scale of the token embeddings.
             self.position_scale = nn.Parameter(torch.tensor(cfg.hidden_size**-0.5))
-        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
+        self.LayerNorm = layer_norm(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, input_ids: torch.Tensor, unpadded: Unpadded | None = None) -> torch.Tensor:
@@ -51,7 +98,7 @@ class Embeddings(nn.Module):
         x = self.word_embeddings(input_ids)  # (B, T, C)
         if self.position_embeddings is not None:
             x = x + self.position_embeddings.weight[:T]
-        else:
+        elif self.position_scale is not None:
             x = x + self.position_scale * sinusoids(T, x.size(-1), x.device).to(x.dtype)  # bf16 weights stay bf16
         if unpadded is not None:
             x = unpadded.unpad(x)  # (N, C)
@@ -83,12 +130,22 @@ def eager_attention(q, k, v, mask, dropout_p: float) -> tuple[torch.Tensor, torc
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention through F.scaled_dot_product_attention (flash / memory-efficient kernels)."""
+    """Multi-head self-attention through F.scaled_dot_product_attention (flash / memory-efficient kernels).
 
-    def __init__(self, cfg):
+    Layer `index` attends to every token, or within a sliding window (global_attn_every_n_layers): a mask
+    on the full T x T product. With positions=rope its queries and keys are rotated by their positions,
+    with the theta of its kind (global or local).
+    """
+
+    def __init__(self, cfg, index: int = 0):
         super().__init__()
         self.num_heads = cfg.num_heads
         self.dropout_p = cfg.dropout
+        globally = attends_globally(cfg, index)
+        self.half_window = None if globally else cfg.local_attention // 2
+        self.rope_theta = None
+        if cfg.positions == "rope":
+            self.rope_theta = cfg.global_rope_theta if globally else cfg.local_rope_theta
         # query, key, value: one GEMM
         self.qkv = BranchLinear(cfg.hidden_size, 3 * cfg.hidden_size, cfg.bias, (False, False, True))
         self.dense = ResidualOutput(cfg.hidden_size, cfg.hidden_size, bias=cfg.bias)
@@ -103,11 +160,15 @@ class SelfAttention(nn.Module):
         With `unpadded`, x holds the real tokens of a padded batch only, (N, C), and so does the output.
         """
         dropout_p = self.dropout_p if self.training else 0.0
-        if unpadded is not None and unpadded.per_sequence_attention and not eager:
-            y = unpadded.attend_each_sequence(self.qkv(x), self.num_heads, dropout_p)  # (N, C)
-            return self.dropout(self.dense(y)), None
-        (B, T), C = (x.shape[:2] if unpadded is None else (unpadded.batch_size, unpadded.seq_length)), x.size(-1)
+        C = x.size(-1)
         nh, hs = self.num_heads, C // self.num_heads
+        if unpadded is not None and unpadded.per_sequence_attention and not eager:
+            q, k, v = self.qkv(x).view(-1, 3, nh, hs).unbind(1)  # (N, nh, hs) each
+            at = unpadded.positions[:, None]  # (N, 1): each token's place in its row
+            y = unpadded.attend_each_sequence(self._rotated(q, at), self._rotated(k, at), v, dropout_p,
+                                              self.half_window)  # (N, C)
+            return self.dropout(self.dense(y)), None
+        B, T = x.shape[:2] if unpadded is None else (unpadded.batch_size, unpadded.seq_length)
         if positions is None:
             qkv = self.qkv(x)  # (B, T, 3C), or (N, 3C)
             if unpadded is not None:
@@ -119,6 +180,13 @@ class SelfAttention(nn.Module):
             q = F.linear(gather_rows(x, positions), w_q, b_q)  # (B, k, C)
             q = q.view(B, -1, nh, hs).transpose(1, 2)  # (B, nh, k, hs)
             k, v = F.linear(x, w_kv, b_kv).view(B, T, 2, nh, hs).permute(2, 0, 3, 1, 4)  # (B, nh, T, hs) each
+        if self.rope_theta is not None or self.half_window is not None:
+            key_positions = torch.arange(T, device=x.device)  # (T,)
+            q = self._rotated(q, key_positions if positions is None else positions[:, None])  # (B, 1, k) rows
+            k = self._rotated(k, key_positions)
+            if self.half_window is not None:
+                query_positions = key_positions if positions is None else positions  # (T,) or (B, k)
+                mask = window_mask(query_positions, key_positions, self.half_window, mask)
         if eager:
             y, probs = eager_attention(q, k, v, mask, dropout_p)
         else:
@@ -127,6 +195,12 @@ class SelfAttention(nn.Module):
         if unpadded is not None:
             y = unpadded.unpad(y)  # (N, C)
         return self.dropout(self.dense(y)), probs
+
+    def _rotated(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Queries or keys (..., L, hs) rotated by positions broadcastable to (..., L) (with rope)."""
+        if self.rope_theta is None:
+            return x
+        return rotate(x, *rotary(positions, x.size(-1), self.rope_theta))
 
 
 class FeedForward(nn.Module):
@@ -152,18 +226,20 @@ class FeedForward(nn.Module):
 
 
 class Layer(nn.Module):
-    """One transformer layer: pre-LN x + f(LN x) (the crammed choice), post-LN LN(x + f(x)) (BERT's), or no
-    LayerNorm, x + f(x) (norm_scheme=none). rezero and skipinit gate the branches with learned scalars that
+    """Transformer layer `index`: pre-LN x + f(LN x) (the crammed choice), post-LN LN(x + f(x)) (BERT's), or
+    no LayerNorm, x + f(x) (norm_scheme=none). rezero and skipinit gate the branches with learned scalars that
     start at 0, x + g·f(x), so the layer starts as the identity; deepnorm up-weights x: LN(α·x + f(x)).
     """
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, index: int = 0):
         super().__init__()
         self.pre_norm = cfg.norm_scheme == "pre"
         no_norm = cfg.norm_scheme == "none"
-        self.attention_norm = nn.Identity() if no_norm else nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
-        self.attention = SelfAttention(cfg)
-        self.ffn_norm = nn.Identity() if no_norm else nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
+        # first_layer_attention_norm=false: layer 0 reads the embeddings, already normed, as ModernBERT does
+        no_attention_norm = no_norm or (index == 0 and not cfg.first_layer_attention_norm)
+        self.attention_norm = nn.Identity() if no_attention_norm else layer_norm(cfg)
+        self.attention = SelfAttention(cfg, index)
+        self.ffn_norm = nn.Identity() if no_norm else layer_norm(cfg)
         self.ffn = FeedForward(cfg)
         # rezero (Bachlechner et al. 2020): one gate for both branches, as in its transformer; skipinit (De &
         # Smith 2020): one per branch. (1,) or (2,): attention, ffn.

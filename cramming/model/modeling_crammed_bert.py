@@ -130,7 +130,7 @@ class CrammedBertForSequenceClassification(CrammedBertPreTrainedModel):
                 output_hidden_states=None, output_attentions=None, return_dict=None):
         """Logits (B, num_labels) from the [CLS] position; MSE loss when num_labels == 1."""
         last, hidden, attentions = self._encode(input_ids, attention_mask, output_hidden_states, output_attentions)
-        logits = self.crammed.head(last)  # (B, num_labels)
+        logits = self.crammed.head(last, attention_mask)  # (B, num_labels)
         loss = None
         if labels is not None:
             loss = (F.mse_loss(logits.squeeze(-1).float(), labels.float()) if self.config.num_labels == 1
@@ -199,6 +199,6 @@ class CrammedBertForMultipleChoice(CrammedBertPreTrainedModel):
         flat_mask = None if attention_mask is None else attention_mask.reshape(B * choices, T)
         last, hidden, attentions = self._encode(input_ids.reshape(B * choices, T), flat_mask,
                                                 output_hidden_states, output_attentions)
-        logits = self.crammed.head(last).view(B, choices)  # (B * choices, 1) -> (B, choices)
+        logits = self.crammed.head(last, flat_mask).view(B, choices)  # (B * choices, 1) -> (B, choices)
         loss = None if labels is None else F.cross_entropy(logits.float(), labels)
         return self._returned(MultipleChoiceModelOutput(loss, logits, hidden, attentions), return_dict)

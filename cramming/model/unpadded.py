@@ -29,6 +29,12 @@ class Unpadded(NamedTuple):
         return cls(indices, attention_mask.sum(1).tolist(), *attention_mask.shape,
                    per_sequence_attention=attention_mask.device.type == "cpu")
 
+    @property
+    def positions(self) -> torch.Tensor:
+        """(N,) each real token's place in its padded row: what rotary codes and sliding windows measure, as
+        in the padded batch (0, 1, 2, ... in each right-padded row)."""
+        return self.indices % self.seq_length
+
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         return x.flatten(0, 1).index_select(0, self.indices)  # (B, T, C) -> (N, C)
 
@@ -37,15 +43,18 @@ class Unpadded(NamedTuple):
         padded = x.new_zeros(self.batch_size * self.seq_length, x.size(-1)).index_copy(0, self.indices, x)
         return padded.view(self.batch_size, self.seq_length, -1)
 
-    def attend_each_sequence(self, qkv: torch.Tensor, num_heads: int, dropout_p: float) -> torch.Tensor:
-        """Attention within each sequence of the real tokens, qkv (N, 3C) -> (N, C): no padding and no mask.
-        On a CPU this beats one padded, masked batched call (1.6x at batch 16 and width 128, 4x at batch 128
-        and width 768, forward and backward)."""
-        C = qkv.size(-1) // 3
-        nh, hs = num_heads, C // num_heads
+    def attend_each_sequence(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
+                             half_window: int | None = None) -> torch.Tensor:
+        """Attention within each sequence of the real tokens, q, k, v (N, nh, hs) -> (N, C): no padding, and
+        no mask but a sliding window's (keys at most half_window positions away). On a CPU this beats one
+        padded, masked batched call (1.6x at batch 16 and width 128, 4x at batch 128 and width 768, forward
+        and backward)."""
+        positions = self.positions.split(self.lengths) if half_window is not None else [None] * len(self.lengths)
         outputs = []
-        for sequence in qkv.split(self.lengths):  # (L, 3C)
-            q, k, v = sequence.view(1, -1, 3, nh, hs).permute(2, 0, 3, 1, 4)  # (1, nh, L, hs) each
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
-            outputs.append(y.transpose(1, 2).reshape(-1, C))  # (L, C)
+        for q_s, k_s, v_s, at in zip(*(t.split(self.lengths) for t in (q, k, v)), positions):
+            # (L, nh, hs) -> (1, nh, L, hs) each
+            q_s, k_s, v_s = (t.transpose(0, 1)[None] for t in (q_s, k_s, v_s))
+            window = None if at is None else (at[:, None] - at).abs() <= half_window  # (L, L)
+            y = F.scaled_dot_product_attention(q_s, k_s, v_s, attn_mask=window, dropout_p=dropout_p)
+            outputs.append(y[0].transpose(0, 1).flatten(1))  # (L, C)
         return torch.cat(outputs)

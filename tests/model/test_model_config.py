@@ -28,10 +28,10 @@ def test_bert_base_parameter_count():
     assert count(build_mlm_model(arch_config("bert-base"), vocab_size=30522)) == 109_512_762
 
 
-@pytest.mark.parametrize("name", ["crammed-bert-tiny", "bert-base-tiny"])
-def test_tiny_configs_build(name):
+@pytest.mark.parametrize("name, layers", [("crammed-bert-tiny", 2), ("bert-base-tiny", 2), ("modern-bert-tiny", 3)])
+def test_tiny_configs_build(name, layers):
     cfg = arch_config(name)
-    assert cfg.name == name and cfg.num_layers == 2
+    assert cfg.name == name and cfg.num_layers == layers
     assert count(build_mlm_model(cfg, vocab_size=256)) < 1_000_000
 
 
@@ -61,6 +61,16 @@ def test_unknown_key_rejected():
         ({"num_layers": 0}, "arch.num_layers must be a positive integer"),
         ({"intermediate_size": 301}, "must be even"),
         ({"dropout": 1.0}, "arch.dropout must be in"),
+        ({"classifier_head": "mlp"}, "arch.classifier_head must be one of pooler, transform"),
+        ({"classifier_pooling": "max"}, "arch.classifier_pooling must be one of cls, mean"),
+        ({"positions": "rope", "hidden_size": 60}, "positions=rope .* the head size \\(15\\) must be even"),
+        ({"global_attn_every_n_layers": 0}, "arch.global_attn_every_n_layers must be a positive integer"),
+        ({"global_attn_every_n_layers": 2, "local_attention": 7}, "arch.local_attention \\(7\\) must be even"),
+        ({"positions": "rope", "local_rope_theta": 0.5}, "arch.local_rope_theta must be greater than 1"),
+        ({"global_rope_theta": 5e5}, "arch.global_rope_theta=500000.0 has no effect without arch.positions=rope"),
+        ({"local_attention": 64}, "arch.local_attention=64 has no effect without sliding-window layers"),
+        ({"positions": "rope", "local_rope_theta": 5e4}, "local_rope_theta=50000.0 has no effect without"),
+        ({"first_layer_attention_norm": False, "norm_scheme": "post"}, "is for pre-LN layers.*norm_scheme=pre"),
     ],
 )
 def test_invalid_values_rejected(change, message):

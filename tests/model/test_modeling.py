@@ -28,9 +28,13 @@ def test_mlm_shapes_and_loss(name):
     assert model(batch["input_ids"]).logits.shape == (4, 32, V)
 
 
-def test_sparse_loss_equals_full_loss_on_masked_positions():
+@pytest.mark.parametrize("name, overrides", [
+    ("crammed-bert-tiny", ()),
+    ("modern-bert-tiny", ("local_attention=16",)),  # the queries at the masked positions: rotated, windowed
+])
+def test_sparse_loss_equals_full_loss_on_masked_positions(name, overrides):
     torch.manual_seed(0)
-    cfg = arch_config("crammed-bert-tiny")
+    cfg = arch_config(name, *overrides)
     sparse = build_mlm_model(cfg, V)
     full = build_mlm_model(dataclasses.replace(cfg, sparse_prediction=False), V)
     full.load_state_dict(sparse.state_dict())
@@ -44,11 +48,13 @@ def test_sparse_loss_equals_full_loss_on_masked_positions():
     torch.testing.assert_close(sparse_out.logits, gathered)
 
 
-@pytest.mark.parametrize("name", ["crammed-bert-tiny", "bert-base-tiny"])
-def test_padding_does_not_change_real_tokens(name):
+@pytest.mark.parametrize("name, overrides", [
+    ("crammed-bert-tiny", ()), ("bert-base-tiny", ()), ("modern-bert-tiny", ("local_attention=8",)),
+])
+def test_padding_does_not_change_real_tokens(name, overrides):
     torch.manual_seed(0)
-    model = build_mlm_model(arch_config(name), V).eval()
-    classifier = build_classifier(arch_config(name), V, num_labels=3).eval()
+    model = build_mlm_model(arch_config(name, *overrides), V).eval()
+    classifier = build_classifier(arch_config(name, *overrides), V, num_labels=3).eval()
     ids = torch.randint(5, V, (2, 20))
     padded = torch.cat([ids, torch.zeros(2, 12, dtype=torch.long)], dim=1)  # [PAD] = 0
     mask = torch.cat([torch.ones(2, 20), torch.zeros(2, 12)], dim=1).long()

@@ -55,10 +55,14 @@ def outputs_and_grads(encoder, ids, mask, layout: str):
 
 
 @pytest.mark.parametrize("layout", ["per-sequence", "batched"])
-@pytest.mark.parametrize("name", ["crammed-bert-tiny", "bert-base-tiny"])
-def test_unpadded_equals_padded_and_each_sequence_alone(name, layout):
+@pytest.mark.parametrize("name, overrides", [
+    ("crammed-bert-tiny", ()), ("bert-base-tiny", ()),
+    # rotary positions, and a window shorter than the rows (4 tokens each side): positions per sequence
+    ("modern-bert-tiny", ("local_attention=8",)),
+])
+def test_unpadded_equals_padded_and_each_sequence_alone(name, overrides, layout):
     torch.manual_seed(0)
-    encoder = build_mlm_model(arch_config(name), V).eval().bert
+    encoder = build_mlm_model(arch_config(name, *overrides), V).eval().bert
     ids, mask, rows = padded_batch(LENGTHS, width=24)
     hidden, grads = outputs_and_grads(encoder, ids, mask, layout)
     reference, reference_grads = outputs_and_grads(encoder, ids, mask, "padded")

@@ -62,15 +62,18 @@ def count_loop_syncs(path: str) -> None:
         return run_step(self, state, *args)
 
     def counted_loop(*args, **kwargs):
-        with counter:
-            reason = run_loop(*args, **kwargs)
+        gradient_step.Step.run = noted_step  # the training loop's steps only (GLUE after it runs the same Step)
+        try:
+            with counter:
+                reason = run_loop(*args, **kwargs)
+        finally:
+            gradient_step.Step.run = run_step
         iterations = [[step_number, later - earlier] for (step_number, earlier), (_, later) in zip(marks, marks[1:])]
         with open(f"{path}.rank{RANK}.json", "w") as file:
             json.dump(iterations, file)
         return reason
 
     counter = HostSyncCounter()
-    gradient_step.Step.run = noted_step
     loop.run_loop = counted_loop
 
 

@@ -22,7 +22,8 @@ log = logging.getLogger("eval_glue")
 def main(cfg: EvalGlueConfig) -> None:
     hub_or_folder = cfg.ckpt.startswith(HF_PREFIX)
     checkpoint = cfg.ckpt if hub_or_folder else resolve_checkpoint(cfg.ckpt, cfg.runs_dir, key="ckpt")
-    log.info("ckpt=%s: %s", cfg.ckpt, checkpoint)  # which checkpoint latest, a run or a directory of runs meant
+    if not hub_or_folder:  # which checkpoint latest, a run or a directory of runs meant
+        log.info("ckpt=%s: %s", cfg.ckpt, checkpoint)
     # after the checkpoint is found: the GLUE stack (transformers, scikit-learn, ...) takes seconds to import,
     # and a missing or mistyped ckpt is one line without them
     from cramming.eval.run import run_glue

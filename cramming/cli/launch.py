@@ -19,8 +19,9 @@ PRETRAINING = ("pretrain.py", "cramming.cli.pretrain", "cramming-pretrain")  # t
 
 
 @exit_on_user_error
-def check_pretraining(arguments: list[str], processes: int) -> None:
-    """What each local process of `pretrain.py <arguments>` checks before its data is prepared."""
+def check_pretraining(arguments: list[str], processes: int, world_size: int | None) -> None:
+    """What each local process of `pretrain.py <arguments>` checks before its data is prepared (world_size:
+    None when other nodes join)."""
     import torch
 
     from cramming.cli import check_arguments
@@ -36,7 +37,7 @@ def check_pretraining(arguments: list[str], processes: int) -> None:
     parsed = parse_arguments(arguments, "pretrain")
     for overrides in job_overrides(parsed) if parsed.composes else []:
         cfg = compose_config(parsed.config_name, overrides)
-        cfg = resumed_config(cfg, overrides, parsed.config_name) if cfg.resume else cfg
+        cfg = resumed_config(cfg, overrides, parsed.config_name, world_size) if cfg.resume else cfg
         resolve_optim(cfg)
         check_train_config(cfg)
         if resolve_settings(cfg, 0).device.type == "cuda" and torch.cuda.device_count() < processes:
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
             processes = determine_local_world_size(args.nproc_per_node)
         except ValueError as error:  # --nproc_per_node=gpu without one
             fail(f"--nproc_per_node={args.nproc_per_node}: {error}")
-        check_pretraining(args.training_script_args, processes)
+        check_pretraining(args.training_script_args, processes, processes if args.nnodes in ("1", "1:1") else None)
     try:
         run(args)
     except ChildFailedError as failed:

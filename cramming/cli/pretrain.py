@@ -7,6 +7,8 @@
     python pretrain.py -m train.optim.lr=5e-4,1e-3                # a Hydra sweep: one numbered job per value
 """
 
+import os
+
 from hydra.core.hydra_config import HydraConfig
 
 from cramming.cli import hydra_command, sweep_job_dir
@@ -25,7 +27,8 @@ def main(cfg: PretrainConfig) -> None:
 
     if cfg.resume:  # the run's own config, before anything else
         hydra = HydraConfig.get()
-        cfg = resumed_config(cfg, list(hydra.overrides.task), hydra.job.config_name)
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's
+        cfg = resumed_config(cfg, list(hydra.overrides.task), hydra.job.config_name, world_size)
     if device_type(cfg) == "cpu":
         set_cpu_threads()
     if job_dir := sweep_job_dir():  # a multirun job's run lives in the job's numbered directory

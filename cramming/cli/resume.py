@@ -12,6 +12,7 @@ from omegaconf.errors import OmegaConfBaseException
 from cramming.cli.overrides import key_of
 from cramming.errors import CrammingError
 from cramming.runs import CONFIG_FILE, FINAL, resolve_checkpoint, run_config, run_of
+from cramming.train.checkpoint import load_state
 from cramming.train.compare import differences
 from cramming.train.config import PretrainConfig
 from cramming.train.optimizers import resolve_optim
@@ -40,13 +41,21 @@ def may_change(key: str) -> bool:
     return any(key == allowed or key.startswith(f"{allowed}.") for allowed in MAY_CHANGE)
 
 
-def resumed_config(cfg: DictConfig, overrides: list[str], config_name: str) -> DictConfig:
+def resumed_config(cfg: DictConfig, overrides: list[str], config_name: str, world_size: int | None) -> DictConfig:
     """The config `resume=` trains with: the run's own (the last one in its config.yaml) with the command line's
     changes that MAY_CHANGE allows; resume names the checkpoint found. A checkpoint outside a run directory
-    has no config to go on with: the command line's config is used, and the checkpoint must match it."""
+    has no config to go on with: the command line's config is used, and the checkpoint must match it.
+    world_size: the processes that will train (None: unknown here), which must be the checkpoint's."""
     given = {key_of(override): override for override in overrides if key_of(override) != "resume"}
     spec = cfg.resume
     checkpoint = resolve_checkpoint(spec, _latest_root(cfg, given, config_name), key="resume", need_state=True)
+    trained_as = load_state(checkpoint)["fingerprint"].get("world_size", 1)
+    if world_size is not None and world_size != trained_as:
+        how = ("as one process (python pretrain.py, no torchrun)" if trained_as == 1 else
+               f"as {trained_as} (python scripts/launch.py --nproc_per_node={trained_as} pretrain.py ...)")
+        raise CrammingError(f"resume={spec}: the run trained as {trained_as} process(es) and this is {world_size}; "
+                            f"a resume keeps that number (each process reads its own slice of every batch): run it "
+                            f"{how}")
     run_dir = run_of(checkpoint)
     if run_dir is None or not (run_dir / CONFIG_FILE).is_file():
         log.warning("resume=%s: no %s beside %s: the command line's config is the run's", spec, CONFIG_FILE,

@@ -101,3 +101,18 @@ def test_eval_glue_says_which_checkpoint_latest_is(tmp_path, straight_run):
                      f"eval.data_dir={tmp_path / 'no-glue'}", f"output_dir={tmp_path / 'glue'}")
     assert f"ckpt=latest: {straight_run}/checkpoints/final\n" in run.stdout
     assert run.returncode == 2  # there is no GLUE data here: the checkpoint was chosen before that
+
+
+def test_a_resume_keeps_the_number_of_processes_and_says_so_before_any_starts(shared_cache, tmp_path, straight_run,
+                                                                               monkeypatch):
+    copy_run(straight_run, tmp_path)  # trained as one process
+    launched = in_process("launch", "--nproc_per_node=2", str(REPO_ROOT / "pretrain.py"), "resume=latest",
+                          f"output_dir={tmp_path}", "train.max_steps=9", cwd=tmp_path)
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun starts each process
+    under_torchrun = in_process("pretrain", "resume=latest", f"output_dir={tmp_path}", "train.max_steps=9")
+    for run in (launched, under_torchrun):
+        assert run.returncode == 2 and "Traceback" not in run.stderr
+        assert run.stderr.strip() == (
+            "error: resume=latest: the run trained as 1 process(es) and this is 2; a resume keeps that number "
+            "(each process reads its own slice of every batch): run it as one process (python pretrain.py, no torchrun)")
+    assert "data:" not in under_torchrun.stdout  # nothing prepared

@@ -79,9 +79,9 @@ def resumed_config(cfg: DictConfig, overrides: list[str], config_name: str, worl
                 f"{', '.join(MAY_CHANGE)}: start a new run to change anything else")
     updates = {key: _value(command_line, key) for key in given if may_change(key)}
     if checkpoint.name == FINAL and not any(_larger(updates.get(key), _value(run, key)) for key in EXTENDS):
+        steps = f" or train.max_steps (now {run.train.max_steps})" if run.train.max_steps else ""
         raise RunFinished(f"resume={spec}: {run_dir} has finished (checkpoint {checkpoint}); to train it further "
-                          f"on purpose, resume it with a larger budget (now {run.budget}) or train.max_steps "
-                          f"(now {run.train.max_steps})")
+                          f"on purpose, resume it with a larger budget (now {run.budget}){steps}")
     for key, value in updates.items():
         if value != _value(run, key):
             log.info("resume: %s=%s from the command line (the run had %s)", key, value, _value(run, key))

@@ -1,6 +1,7 @@
 """One job's overrides (cramming.cli.arguments reads them) checked before Hydra runs a command: an unknown
-key, an unknown choice or a value of the wrong type is one line that names it (and the closest valid key or
-choice), instead of Hydra's many-line report."""
+key, a group the command does not have (cramming.cli.groups), an unknown choice or a value of the wrong type
+is one line that names it (and the closest valid key, choice or override), instead of Hydra's many-line
+report."""
 
 import difflib
 import os

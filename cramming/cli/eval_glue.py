@@ -15,7 +15,7 @@ from cramming.cli import hydra_command
 from cramming.eval.config import HF_PREFIX, EvalGlueConfig  # registers the config schemas
 from cramming.runs import resolve_checkpoint
 
-log = logging.getLogger("eval_glue")
+log = logging.getLogger(__name__)
 
 
 @hydra_command("eval_glue", EvalGlueConfig, directories=("output_dir",))

@@ -1,6 +1,7 @@
 """Where runs live, and which checkpoint a command means by `resume=` or `ckpt=`.
 
-A pretraining run is <output_dir>/<name>/<timestamp>/ with checkpoints/<step-NNNNNNNN | final>/ inside.
+A pretraining run is <output_dir>/<name>/<timestamp>/ with checkpoints/<step-NNNNNNNN | final>/ inside, and
+config.yaml: every config the run trained with, one YAML document per session (a resume appends its own).
 A checkpoint directory holds the model (model.safetensors, config.json), the tokenizer and, for
 resuming, trainer_state.pt; it is written under a hidden temporary name and renamed into place when
 complete, so a hidden or partial directory never counts.
@@ -10,11 +11,18 @@ import re
 import time
 from pathlib import Path
 
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
 from cramming.errors import CrammingError
+from cramming.files import write_atomically
 
 WEIGHTS_FILE = "model.safetensors"
 STATE_FILE = "trainer_state.pt"
+CONFIG_FILE = "config.yaml"
 FINAL = "final"
+DOCUMENT_START = "---"
 
 
 def step_name(step: int) -> str:
@@ -30,6 +38,17 @@ def new_run_dir(output_dir: str | Path, name: str) -> Path:
         suffix += 1
     run_dir.mkdir(parents=True)
     return run_dir
+
+
+def run_of(checkpoint: Path) -> Path | None:
+    """The run directory a checkpoint belongs to (<run>/checkpoints/<name>); None for one outside a run."""
+    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+
+
+def comparison_path(kind: str, output_dir: str | Path = "outputs") -> Path:
+    """Where a plot comparing runs goes unless told: <output_dir>/comparisons/<timestamp>-<kind>.png, beside
+    the runs' own directories, never over an earlier one."""
+    return Path(output_dir) / "comparisons" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}-{kind}.png"
 
 
 def is_complete(checkpoint: Path, need_state: bool = False) -> bool:
@@ -83,3 +102,41 @@ def resolve_checkpoint(spec: str, runs_root: str | Path, *, key: str, need_state
     if checkpoint is None:
         raise CrammingError(f"{key}={spec}: not a {what}, nor a run directory or a directory of runs with one")
     return checkpoint
+
+
+def record_config(run_dir: Path, config, earlier_run: Path | None = None) -> None:
+    """Append the (resolved) config this session of the run trains with to <run_dir>/config.yaml, as one more
+    YAML document headed by the time: the file keeps every config the run ran with, never overwritten. A run
+    resumed into a new directory starts its file with the configs of `earlier_run`, the run it continues."""
+    path = run_dir / CONFIG_FILE
+    source = path if path.is_file() else earlier_run / CONFIG_FILE if earlier_run else None
+    before = source.read_text() if source is not None and source.is_file() else ""
+    document = f"# {time.strftime('%Y-%m-%d %H:%M:%S')}\n{OmegaConf.to_yaml(config, resolve=True)}"
+    write_atomically(path, f"{before}{DOCUMENT_START}\n{document}" if before.strip() else document)
+
+
+def run_configs(run_dir: Path) -> list[DictConfig]:
+    """Every config a run trained with, oldest first (one for a run never resumed)."""
+    path = run_dir / CONFIG_FILE
+    if not path.is_file():
+        raise CrammingError(f"{run_dir}: no {CONFIG_FILE}; is it a pretraining run directory?")
+    documents, current = [], []
+    for line in path.read_text().splitlines(keepends=True):
+        if line.rstrip() == DOCUMENT_START:
+            documents.append("".join(current))
+            current = []
+        else:
+            current.append(line)
+    documents.append("".join(current))
+    try:
+        configs = [OmegaConf.create(document) for document in documents if document.strip()]
+    except (OmegaConfBaseException, yaml.YAMLError) as error:
+        raise CrammingError(f"cannot read {path}: {str(error).splitlines()[0]}") from None
+    if not configs or not all(isinstance(config, DictConfig) for config in configs):
+        raise CrammingError(f"cannot read {path}: not a run's config (a YAML mapping per document)")
+    return configs
+
+
+def run_config(run_dir: Path) -> DictConfig:
+    """The config a run trained with last: what its newest checkpoint was written under."""
+    return run_configs(run_dir)[-1]

@@ -17,7 +17,8 @@ from tests.conftest import REPO_ROOT
 SCRIPTS = {"pretrain": "pretrain.py", "eval_glue": "eval_glue.py", "ablate": "scripts/ablate.py",
            "export": "scripts/export.py", "prepare_data": "scripts/prepare_data.py",
            "calculator": "scripts/calculator.py", "benchmark": "scripts/benchmark.py",
-           "gpu_check": "scripts/gpu_check.py", "plot_runs": "scripts/plot_runs.py"}
+           "gpu_check": "scripts/gpu_check.py", "plot_runs": "scripts/plot_runs.py",
+           "compare_runs": "scripts/compare_runs.py", "launch": "scripts/launch.py"}
 
 
 def in_process(name: str, *arguments: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

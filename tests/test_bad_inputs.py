@@ -88,6 +88,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
             (directory / "config.json").write_text(json.dumps(config))
         return edit
 
+    variant("bare", lambda d: None)  # a checkpoint directory outside any run
     variant("nan", nan_weights)
     variant("truncated", lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:500]))
     variant("no_tokenizer", lambda d: (d / "tokenizer.json").unlink())
@@ -247,7 +248,10 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("pretrain", [*STEPS, "resume={truncated_state}"], "trainer_state.pt: truncated or damaged"),
     ("pretrain", [*STEPS, "resume={nan}"], "model.safetensors holds non-finite weights"),
     ("pretrain", [*STEPS, "resume={truncated}"], "model.safetensors is corrupt or unreadable"),
-    ("pretrain", [*STEPS, "resume={good}", "arch.num_layers=3"], "the settings differ from the checkpoint's "
+    ("pretrain", [*STEPS, "resume={good}", "arch.num_layers=3"], "arch.num_layers=3 changes arch.num_layers (2 in the "
+                                                                 "run's config.yaml, 3 here); a resume goes on with"),
+    # a checkpoint outside a run directory has no config.yaml: its trainer state's fingerprint decides
+    ("pretrain", [*STEPS, "resume={bare}", "arch.num_layers=3"], "the settings differ from the checkpoint's "
                                                                  "(arch.num_layers: 2 in the checkpoint, 3 now)"),
     # corpora
     ("pretrain", [*TINY, "data=local", "data.files={corpus}/*.gz"], "matches no files"),

@@ -1,10 +1,16 @@
 """Hydra's own flags on every command, as a Hydra user types them: `--cfg job`, `-c job`, `--cfg hydra|all`,
-`--resolve`, `--info`, `-m/--multirun`; and the one-line error boundary under each. Each flag family runs
+`--resolve`, `--info`, `-m/--multirun`, `--help`; the one-line error boundary under each; and the config groups
+each command has (a group it does not have, or a choice that is not one, is one line). Each flag family runs
 once as a real subprocess; its other variants run the same main() in this process (tests/commands.py)."""
 
-import pytest
+import importlib
 
-from tests.commands import in_process, in_subprocess
+import pytest
+from hydra import compose, initialize_config_dir
+
+from cramming import CONFIG_DIR
+from cramming.cli.groups import config_groups
+from tests.commands import SCRIPTS, in_process, in_subprocess
 
 def command(name: str, *arguments: str, real: bool = False, **where):
     return (in_subprocess if real else in_process)(name, *arguments, **where)
@@ -16,6 +22,14 @@ def test_pretrain_prints_its_config_with_hydras_cfg_flag(flags, real):
     run = command("pretrain", "gpu=2080ti", "budget=24", *flags, real=real)
     assert run.returncode == 0, run.stderr
     assert "budget: 24.0" in run.stdout and "name: 2080ti" in run.stdout
+
+
+@pytest.mark.parametrize(("arguments", "name"), [([], "crammed-bert"), (["arch=bert-base-tiny"], "bert-base-tiny"),
+                                                 (["--config-name", "quickstart", "arch=bert-base"], "quickstart")])
+def test_the_default_run_name_follows_the_arch(arguments, name):
+    run = command("pretrain", *arguments, "-c", "job", "--resolve")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith(f"name: {name}\n")  # runs go to <output_dir>/<name>/<timestamp>
 
 
 @pytest.mark.parametrize(("flags", "expected", "real"), [
@@ -89,3 +103,64 @@ def test_a_job_that_fails_stops_the_sweep_with_one_line(tmp_path):
     run = command("eval_glue", "-m", "ckpt=/nope1,/nope2", f"output_dir={tmp_path}", cwd=tmp_path)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1] == "error: ckpt=/nope1: no such directory"
+
+
+PRETRAIN_GROUPS = "its groups: arch, data, train, gpu, eval, wandb"
+
+
+@pytest.mark.parametrize(("name", "arguments", "message", "real"), [
+    ("pretrain", ["optim=lion"], f"error: optim=lion: pretrain.py has no config group optim ({PRETRAIN_GROUPS}); "
+                                 "choose it with the key train.optim.name=lion", True),
+    ("pretrain", ["+optim=lion"], f"error: +optim=lion: pretrain.py has no config group optim ({PRETRAIN_GROUPS}); "
+                                  "choose it with the key train.optim.name=lion", False),
+    ("pretrain", ["sweep=smoke"], f"error: sweep=smoke: pretrain.py has no config group sweep ({PRETRAIN_GROUPS}); "
+                                  "sweep is a group of scripts/ablate.py: python scripts/ablate.py sweep=smoke", False),
+    ("pretrain", ["arch=schema"], "error: unknown arch=schema; choose one of bert-base, bert-base-tiny, crammed-bert, "
+                                  "crammed-bert-tiny", False),
+    ("pretrain", ["+arch=bert-base"], "error: +arch=bert-base: arch is a group of pretrain.py already; choose with "
+                                      "arch=bert-base", False),
+    ("pretrain", ["eval=null"], "error: eval=null: leave a group out with ~eval, or choose one of glue", False),
+    ("eval_glue", ["ckpt=x", "arch=bert-base"], "error: arch=bert-base: eval_glue.py has no config group arch (its "
+                                                "groups: eval); here the model is the checkpoint's (ckpt=); arch is a "
+                                                "group of pretrain.py and scripts/benchmark.py: python pretrain.py "
+                                                "arch=bert-base", True),
+    ("export", ["ckpt=a", "out=b", "train=quick"], "error: train=quick: scripts/export.py has no config group train "
+                                                   "(it has none); here the model is the checkpoint's (ckpt=); train is "
+                                                   "a group of pretrain.py: python pretrain.py train=quick", False),
+    ("ablate", ["optim=lion"], "error: optim=lion: scripts/ablate.py has no config group optim (its groups: sweep); "
+                               "choose it with the key train.optim.name=lion of pretrain.py", False),
+])
+def test_a_group_the_command_does_not_have_is_one_line(name, arguments, message, real, tmp_path):
+    quickstart = ["--config-name", "quickstart"] if name == "pretrain" else []
+    run = command(name, *quickstart, *arguments, real=real, cwd=tmp_path)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr and run.stderr.strip() == message
+    assert not list(tmp_path.iterdir())  # refused before anything was written
+
+
+@pytest.mark.parametrize(("name", "arguments", "groups"), [
+    ("pretrain", [], ["arch: bert-base, bert-base-tiny, crammed-bert, crammed-bert-tiny",
+                      "data: embedded, fineweb-edu, local, mixture, wikipedia", "train: cramming, quick, steps",
+                      "gpu: 2080ti, 3060ti, a100, a4000, a6000, auto, cpu, h100, h200, v100", "eval: glue",
+                      "wandb: disabled, offline, online"]),
+    ("eval_glue", [], ["eval: glue"]),
+    ("ablate", [], ["sweep: data, distillation, ema, lottery, optimizers, schedules, smoke, techniques"]),
+    ("export", [], ["(none: every setting is a key of the config below)"]),
+])
+def test_help_lists_only_the_groups_and_options_a_command_has(name, arguments, groups):
+    run = command(name, "--help", *arguments)
+    assert run.returncode == 0, run.stderr
+    section = run.stdout.split("== Configuration groups ==")[1].split("== Config ==")[0]
+    assert [line for line in section.splitlines()[2:] if line.strip()] == groups
+
+
+def test_the_groups_of_every_command_are_those_hydra_composes():
+    commands = [path.stem for path in CONFIG_DIR.glob("*.yaml")]
+    assert set(commands) == {*SCRIPTS, "quickstart"} - {"plot_runs", "compare_runs", "launch"}  # the Hydra apps
+    for name in SCRIPTS:  # each command module registers its schemas
+        importlib.import_module(f"cramming.cli.{name}")
+    for name in commands:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            choices = compose(name, return_hydra_config=True).hydra.runtime.choices
+        assert set(config_groups(name)) == {group for group in choices if not group.startswith("hydra/")}, name
+        assert choices["hydra/help"] == "cramming", name  # --help lists these, not every folder of configs/

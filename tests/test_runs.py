@@ -1,4 +1,5 @@
-"""One resolver for `resume=` and `ckpt=`: a checkpoint dir, a run dir, a directory of runs, or latest."""
+"""One resolver for `resume=` and `ckpt=`: a checkpoint dir, a run dir, a directory of runs, or latest; and a
+run's config.yaml, which keeps every config the run trained with."""
 
 import os
 from pathlib import Path
@@ -6,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from cramming.errors import CrammingError
-from cramming.runs import STATE_FILE, WEIGHTS_FILE, new_run_dir, resolve_checkpoint
+from cramming.runs import (STATE_FILE, WEIGHTS_FILE, comparison_path, new_run_dir, record_config, resolve_checkpoint,
+                           run_config, run_configs, run_of)
 
 
 def checkpoint(directory: Path, age: float = 0.0, state: bool = True) -> Path:
@@ -79,3 +81,34 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
 def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path):
     first, second = new_run_dir(tmp_path, "x"), new_run_dir(tmp_path, "x")
     assert first != second and first.is_dir() and second.is_dir() and second.name.startswith(first.name)
+
+
+def test_config_yaml_keeps_every_config_the_run_trained_with(tmp_path):
+    run = tmp_path / "t" / "2026-01-01_00-00-00"
+    run.mkdir(parents=True)
+    record_config(run, {"budget": 0.02, "resume": None, "train": {"optim": {"lr": 0.001}}})
+    record_config(run, {"budget": 0.04, "resume": "x/checkpoints/final", "train": {"optim": {"lr": 0.0005}}})
+    text = (run / "config.yaml").read_text()
+    assert text.count("\n---\n") == 1 and text.startswith("# 20")  # each document headed by its time
+    assert [config.budget for config in run_configs(run)] == [0.02, 0.04]
+    assert run_config(run).train.optim.lr == 0.0005  # the config it trained with last
+    elsewhere = tmp_path / "u" / "2026-01-02_00-00-00"  # a run resumed into a new directory: its history too
+    elsewhere.mkdir(parents=True)
+    record_config(elsewhere, {"budget": 0.06, "resume": "a"}, earlier_run=run)
+    assert [config.budget for config in run_configs(elsewhere)] == [0.02, 0.04, 0.06]
+
+
+@pytest.mark.parametrize(("text", "words"), [("budget: [0.02\n", "while parsing"), ("- a\n- b\n", "not a run's config")])
+def test_a_damaged_config_yaml_is_one_line(tmp_path, text, words):
+    (tmp_path / "config.yaml").write_text(text)
+    with pytest.raises(CrammingError, match=f"^cannot read {tmp_path / 'config.yaml'}: .*{words}"):
+        run_configs(tmp_path)
+    with pytest.raises(CrammingError, match="no config.yaml; is it a pretraining run directory"):
+        run_config(tmp_path / "absent")
+
+
+def test_a_checkpoint_knows_its_run_and_comparisons_go_under_outputs(tmp_path):
+    assert run_of(tmp_path / "run" / "checkpoints" / "final") == tmp_path / "run"
+    assert run_of(tmp_path / "ckpt") is None  # a checkpoint directory on its own
+    path = comparison_path("loss")
+    assert path.parent == Path("outputs") / "comparisons" and path.name.endswith("-loss.png")

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from omegaconf import OmegaConf
 from scipy.optimize import least_squares
 
 from cramming.errors import CrammingError
 from cramming.model import training_flops_per_token
 from cramming.model.config import as_model_config
+from cramming.runs import CONFIG_FILE, run_config
 
 from .speed_model import non_embedding_parameters
 
@@ -78,10 +78,9 @@ def expand_runs(runs) -> list[Path]:
 
 def read_run(metrics_path: Path) -> RunPoint:
     """A run's records and compute, from metrics.jsonl and the config.yaml beside it."""
-    config_path = metrics_path.parent / "config.yaml"
-    if not metrics_path.is_file() or not config_path.is_file():
+    if not metrics_path.is_file() or not (metrics_path.parent / CONFIG_FILE).is_file():
         raise CrammingError(f"{metrics_path.parent} needs metrics.jsonl and config.yaml (a pretraining run)")
-    config = OmegaConf.load(config_path)
+    config = run_config(metrics_path.parent)  # the config the run trained with last
     arch = as_model_config(config.arch)
     flops_per_token = training_flops_per_token(arch, int(config.data.tokenizer.vocab_size),
                                                int(config.data.seq_length), float(config.train.mlm_rate))

@@ -2,16 +2,41 @@
 `python scripts/benchmark.py` or `cramming-benchmark` (cramming.bench.benchmark does the work).
 
     python scripts/benchmark.py arch=crammed-bert benchmark.layers=4 benchmark.mlm_rate=0.15
-    python scripts/benchmark.py benchmark.dtype=bf16 benchmark.compile=true benchmark.batch_size=128
+    python scripts/benchmark.py benchmark.dtype=bf16 benchmark.compile=true benchmark.batch_size=128   # on a GPU
 """
 
 from cramming.bench.benchmark import BenchmarkConfig, run_benchmark  # registers the config schema
 from cramming.cli import hydra_command
+from cramming.errors import CrammingError
 
 
 @hydra_command("benchmark", BenchmarkConfig, directories=("benchmark.output_dir",))
 def main(cfg: BenchmarkConfig) -> None:
+    check_it_fits_on_the_cpu(cfg)
     run_benchmark(cfg)
+
+
+def check_it_fits_on_the_cpu(cfg: BenchmarkConfig) -> None:
+    """On the CPU, a step that cannot fit in memory (a GPU's batch) is refused before the kernel kills it,
+    minutes later and without a word. The bound is BertForMaskedLM's alone, and low: the activations a
+    transformer layer keeps for backward in 16-bit, 34·h + 5·heads·s bytes per token (Korthikanti et al. 2022,
+    "Reducing Activation Recomputation in Large Transformer Models"), and its full-vocabulary logits and their
+    gradient in fp32."""
+    import psutil
+    import torch
+
+    s, arch = cfg.benchmark, cfg.arch
+    if s.device == "cuda" or (s.device == "auto" and torch.cuda.is_available()):
+        return
+    layers, tokens = s.layers or arch.num_layers, s.batch_size * s.seq_length
+    needed = tokens * (layers * (34 * arch.hidden_size + 5 * arch.num_heads * s.seq_length) + 2 * 4 * s.vocab_size)
+    available = psutil.virtual_memory().available
+    if needed > available:
+        raise CrammingError(
+            f"benchmark.batch_size={s.batch_size}: on the CPU, transformers' BertForMaskedLM alone needs at least "
+            f"{needed / 2**30:.1f} GiB at {s.batch_size} x {s.seq_length} tokens ({layers} layers, hidden "
+            f"{arch.hidden_size}, vocabulary {s.vocab_size}) and this machine has {available / 2**30:.1f} GiB "
+            "available: lower benchmark.batch_size (or benchmark.layers), or run it on a GPU")
 
 
 if __name__ == "__main__":

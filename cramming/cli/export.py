@@ -65,20 +65,25 @@ def _quantize(cfg: ExportConfig) -> None:
     folder; its size against the fp32 export's, and with quantize_eval_task the GLUE dev scores of both."""
     from cramming.model.export import export_to_transformers
     from cramming.eval.finetune import glue_dev_scores
-    from cramming.model.quantize import QUANTIZATIONS, is_transformers_export, write_quantized
+    from cramming.model.quantize import QUANTIZATIONS, auto_class, is_transformers_export, write_quantized
 
     if cfg.quantize not in QUANTIZATIONS:
         raise CrammingError(f"quantize={cfg.quantize!r} must be one of {', '.join(QUANTIZATIONS)} (or null: none)")
     if cfg.push_to_hub:
         raise CrammingError("push_to_hub with quantize: upload the folder afterwards (hf upload <repo> <out>)")
     with tempfile.TemporaryDirectory() as temporary:
-        source = Path(cfg.ckpt).expanduser()
+        source = given = Path(cfg.ckpt).expanduser()
         if not is_transformers_export(source):
-            checkpoint = resolve_checkpoint(cfg.ckpt, cfg.runs_dir, key="ckpt")
+            given = resolve_checkpoint(cfg.ckpt, cfg.runs_dir, key="ckpt")
             source = Path(temporary) / "fp32"
-            export_to_transformers(checkpoint, source)
+            export_to_transformers(given, source)
+        if cfg.quantize_eval_task and auto_class(source).__name__.endswith("MaskedLM"):  # before any int8 work
+            found = f" ({given})" if given != Path(cfg.ckpt).expanduser() else ""
+            raise CrammingError(f"quantize_eval_task={cfg.quantize_eval_task}: ckpt={cfg.ckpt}{found} is not a "
+                                "classifier fine-tuned on it but a masked language model; quantize one kept by "
+                                "eval_glue.py eval.save_models=true (outputs/glue/<timestamp>/models/<task>-seed0)")
         report = write_quantized(source, cfg.out, cfg.quantize)
-        print(f"wrote the {cfg.quantize} copy of {cfg.ckpt} to {cfg.out}: {report['quantized_bytes'] / 2**20:.2f} MiB "
+        print(f"wrote the {cfg.quantize} copy of {given} to {cfg.out}: {report['quantized_bytes'] / 2**20:.2f} MiB "
               f"of weights against {report['fp32_bytes'] / 2**20:.2f} MiB in fp32 ({report['ratio']:.2f}x)")
         if cfg.quantize_eval_task:
             task, glue_dir = cfg.quantize_eval_task, cfg.glue_dir

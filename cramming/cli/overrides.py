@@ -1,10 +1,10 @@
 """One job's overrides (cramming.cli.arguments reads them) checked before Hydra runs a command: an unknown
-key, an unknown choice or a value of the wrong type is one line that names it (and the closest valid key or
-choice), instead of Hydra's many-line report."""
+key, a group the command does not have (cramming.cli.groups), an unknown choice or a value of the wrong type
+is one line that names it (and the closest valid key, choice or override), instead of Hydra's many-line
+report."""
 
 import difflib
 import os
-import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,8 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cramming import CONFIG_DIR
+from cramming.cli.arguments import parse_override
+from cramming.cli.groups import commands_with, config_groups, group_options, script
 from cramming.errors import CrammingError
 
 
@@ -24,6 +26,8 @@ def flat_keys(tree: Any, prefix: str = "") -> list[str]:
     return [key for name, value in tree.items() for key in flat_keys(value, f"{prefix}.{name}" if prefix else name)]
 
 
+# A folder of configs/ that is no command's group: the key that chooses one of its files.
+CHOSEN_BY_KEY = {"optim": "train.optim.name"}
 # Names other frameworks give our keys, which spelling similarity alone would not find.
 SYNONYMS = {"learning_rate": "lr", "epsilon": "eps", "wd": "weight_decay", "optimizer": "name", "beta": "betas"}
 
@@ -53,12 +57,51 @@ def check_directory(path: str, key: str) -> None:
         raise CrammingError(f"{key}={path}: cannot write in {existing} ({error.strerror})") from None
 
 
+def check_group_overrides(config_name: str, overrides: list[str], reads_checkpoint: bool) -> None:
+    """Each override of a folder of configs/ names one of the command's groups and one of its options
+    (`~group` removes one); CrammingError otherwise, with the closest real override."""
+    groups = config_groups(config_name)
+    for override in overrides:
+        parsed = parse_override(override)
+        group = parsed.key_or_group
+        if group.split("/")[0] == "hydra" or not (CONFIG_DIR / group).is_dir():  # hydra/...: Hydra's own
+            continue
+        value = parsed.value()
+        choice = value if isinstance(value, str) or value is None else override.partition("=")[2]
+        if group not in groups:
+            raise CrammingError(_not_a_group(override, group, choice, config_name, groups, reads_checkpoint))
+        if parsed.is_add():
+            raise CrammingError(f"{override}: {group} is a group of {script(config_name)} already; choose with "
+                                f"{group}={choice}")
+        options = group_options(group)
+        if choice is None and not parsed.is_delete():
+            raise CrammingError(f"{override}: leave a group out with ~{group}, or choose one of {', '.join(options)}")
+        if choice is not None and choice not in options:
+            raise CrammingError(f"unknown {group}={choice}; choose one of {', '.join(options)}"
+                                f"{closest(choice, options)}")
+
+
+def _not_a_group(override: str, group: str, choice: str, config_name: str, groups: list[str],
+                 reads_checkpoint: bool) -> str:
+    has = f"its groups: {', '.join(groups)}" if groups else "it has none"
+    line = f"{override}: {script(config_name)} has no config group {group} ({has})"
+    if group in CHOSEN_BY_KEY:
+        where = "" if CHOSEN_BY_KEY[group].split(".")[0] in groups else " of pretrain.py"
+        return f"{line}; choose it with the key {CHOSEN_BY_KEY[group]}={choice}{where}"
+    if reads_checkpoint and group in config_groups("pretrain"):
+        line += "; here the model is the checkpoint's (ckpt=)"
+    others = [script(command) for command in commands_with(group)]
+    return f"{line}; {group} is a group of {' and '.join(others)}: python {others[0]} {group}={choice}" if others \
+        else line
+
+
 def check_overrides(config_name: str, overrides: list[str], schema: type, directories: tuple[str, ...] = ()) -> None:
     """Compose the config as Hydra will and check it against the command's schema, and that the
     `directories` keys name directories it can write; CrammingError if not.
 
     Every key already has its place in the schema, so `+key=value` can only add an unknown key: refused.
     """
+    check_group_overrides(config_name, overrides, "ckpt" in getattr(schema, "__dataclass_fields__", {}))
     groups = [o for o in overrides if (CONFIG_DIR / key_of(o)).is_dir()]  # arch=..., data=..., eval=glue
     added = [o for o in overrides if o.startswith("+") and o not in groups]
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
@@ -73,8 +116,8 @@ def check_overrides(config_name: str, overrides: list[str], schema: type, direct
                         check_directory(OmegaConf.select(composed, key), key)
                 return
             message = f"unknown key {unknown}{closest(unknown, keys)}"
-        except MissingConfigException as error:
-            message = _unknown_choice(str(error))
+        except MissingConfigException as error:  # --config-name of no config
+            message = str(error).splitlines()[0]
         except (ConfigCompositionException, OmegaConfBaseException) as error:
             if str(error).startswith("You must specify"):  # a group with no default: "... 'sweep', e.g, sweep=<OPTION>"
                 raise CrammingError(str(error).splitlines()[0]) from None
@@ -82,18 +125,6 @@ def check_overrides(config_name: str, overrides: list[str], schema: type, direct
             keys = flat_keys(OmegaConf.to_container(compose(config_name, overrides=groups)))
             message = _explain(cause, keys, overrides)
     raise CrammingError(message)
-
-
-def _unknown_choice(message: str) -> str:
-    """From Hydra's "Could not find 'gpu/tpu' ... Available options in 'gpu': ..." to one line."""
-    found = re.search(r"Could not find '([^/']+)/([^']+)'", message)
-    if not found:
-        return message.splitlines()[0]
-    group, choice = found.groups()
-    options = [line.strip() for line in message.split("Available options", 1)[-1].splitlines()[1:]]
-    options = [option for option in options[: options.index("Config search path:")] if option != "schema"] \
-        if "Config search path:" in options else [option for option in options if option and option != "schema"]
-    return f"unknown {group}={choice}; choose one of {', '.join(options)}{closest(choice, options)}"
 
 
 def _explain(cause: Exception, keys: list[str], overrides: list[str]) -> str:

@@ -4,13 +4,15 @@
     python scripts/plot_runs.py outputs/base/2026-01-01_10-00-00 outputs/ablation-lr/2026-01-02_09-00-00
     python scripts/plot_runs.py outputs/a/* outputs/b/* --out comparison.png
 
-Each argument is a run directory (the one holding metrics.jsonl).
+Each argument is a run directory (the one holding metrics.jsonl). The plot goes to
+outputs/comparisons/<timestamp>-loss.png unless --out names another file; its path is printed.
 """
 
 import argparse
 from pathlib import Path
 
 from cramming.errors import exit_on_user_error
+from cramming.runs import comparison_path
 from cramming.train.plots import plot_comparison
 
 
@@ -18,9 +20,9 @@ from cramming.train.plots import plot_comparison
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run directories (each with a metrics.jsonl)")
-    parser.add_argument("--out", type=Path, default=Path("loss_comparison.png"), help="the PNG to write")
+    parser.add_argument("--out", type=Path, help="the PNG to write (default: outputs/comparisons/<timestamp>-loss.png)")
     args = parser.parse_args(argv)
-    print(f"wrote {plot_comparison(args.runs, args.out)}")
+    print(f"wrote {plot_comparison(args.runs, args.out or comparison_path('loss'))}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,9 @@ def pretrained_tokenizer(name: str) -> Tokenizer:
     from transformers import AutoTokenizer
 
     try:
-        loaded = AutoTokenizer.from_pretrained(name)
+        # a tokenizer runs no code of its own: without this, a folder whose model ships remote code (our exports)
+        # stops at transformers' "Do you wish to run the custom code? [y/N]" prompt
+        loaded = AutoTokenizer.from_pretrained(name, trust_remote_code=False)
     except (OSError, ValueError) as error:  # not found, offline, no tokenizer files in the folder
         reason = " ".join(str(error).split())[:300]
         raise CrammingError(f"data.tokenizer.name={name}: cannot load a tokenizer ({reason})") from None

@@ -33,9 +33,10 @@ from cramming.train.techniques import optimizer_state_parts
 
 log = logging.getLogger("pretrain")
 RESUME_MUST_MATCH = ("arch", "data", "train")
-# What a resume may change: the way out of a diverged run is its last good checkpoint with a lower lr.
+# What a resume may change of the fingerprinted settings: the way out of a diverged run is its last good
+# checkpoint with a lower lr; a larger max_steps extends a run on purpose; data.files names the same files moved.
 RESUME_MAY_CHANGE = (("train", "optim", "lr"), ("train", "max_nonfinite_steps"),
-                     ("train", "check_nonfinite_every"))
+                     ("train", "check_nonfinite_every"), ("train", "max_steps"), ("data", "files"))
 
 
 def save_checkpoint(run_dir: Path, name: str, model: nn.Module, tokenizer, state: dict, keep_last: int,

@@ -10,9 +10,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from cramming.errors import CrammingError
 from cramming.files import read_json_object
-from cramming.runs import run_checkpoint
+from cramming.runs import run_checkpoint, run_config
 from cramming.train.plots import plot_comparison
 from cramming.train.summary import read_records
 
@@ -28,10 +27,9 @@ class RunRecord:
 
 
 def read_run(run_dir: Path) -> RunRecord:
-    """A run directory's resolved config, provenance (summary.json, else its newest checkpoint) and records."""
-    if not (run_dir / "config.yaml").is_file():
-        raise CrammingError(f"{run_dir}: no config.yaml; is it a pretraining run directory?")
-    config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+    """A run directory's resolved config (the one it trained with last), provenance (summary.json, else its
+    newest checkpoint) and records."""
+    config = OmegaConf.to_container(run_config(run_dir))
     provenance = None
     if (run_dir / "summary.json").is_file():
         provenance = read_json_object(run_dir / "summary.json").get("provenance")

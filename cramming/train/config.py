@@ -217,7 +217,7 @@ class WandbConfig:
 class PretrainConfig:
     """Top level of `pretrain.py`."""
 
-    name: str = "crammed-bert"
+    name: str = "${arch.name}"  # the run's directory: <output_dir>/<name>/<timestamp>
     budget: float = 24.0  # GPU-hours; under torchrun the wall-clock budget is budget / world size
     budget_scaling: str = "none"  # none | peak: run for the time that matches the profile's peak FLOPs x budget
     resume: Optional[str] = None  # a checkpoint dir, a run dir, or "latest"

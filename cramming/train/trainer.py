@@ -26,7 +26,7 @@ from cramming.gradient_step import Step
 from cramming.hardware import budget_seconds
 from cramming.model import build_mlm_model, training_flops_per_token
 from cramming.provenance import config_sha256, provenance
-from cramming.runs import FINAL, new_run_dir, resolve_checkpoint
+from cramming.runs import FINAL, new_run_dir, record_config, resolve_checkpoint, run_of
 from cramming.runtime import deterministic_algorithms, prepare_device
 from cramming.train.callbacks import Callback, CallbackList, Progress, TrainState
 from cramming.train.checkpoint import (Checkpointer, Heartbeat, NonFiniteWeightsError, charge_lost_time,
@@ -124,7 +124,7 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
                  format_duration(progress.elapsed))
     run_dir = _run_directory(cfg, dist, checkpoint, progress)
     if dist.is_main:
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        record_config(run_dir, cfg, earlier_run=run_of(checkpoint) if checkpoint else None)  # appended
     run_provenance = {**provenance(settings.device), "dataset": dataset.path.name,
                       "config_sha256": config_sha256(OmegaConf.to_container(cfg, resolve=True))}
 

@@ -5,6 +5,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -86,6 +87,30 @@ def test_benchmark_rejects_bad_settings(overrides, message, real):
     result = run(*overrides) if real else in_process("benchmark", "arch=crammed-bert-tiny", *overrides, cwd=REPO)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == message
+
+
+@pytest.mark.parametrize(("overrides", "needed", "shape", "gib"), [
+    # the issue's GPU line on a 24 GB CPU machine (20 GiB of it free): killed for memory minutes later, before
+    (["benchmark.dtype=bf16", "benchmark.compile=true", "benchmark.batch_size=256"], "24.5", "256 x 128 tokens "
+     "(16 layers, hidden 768, vocabulary 32768)", 20),
+    (["arch=crammed-bert-tiny", "benchmark.device=cpu", "benchmark.batch_size=100000"], "3289.8",
+     "100000 x 128 tokens (2 layers, hidden 128, vocabulary 32768)", 2048),
+])
+def test_a_step_too_large_for_the_cpus_memory_is_refused_before_it_runs(tmp_path, monkeypatch, overrides, needed,
+                                                                         shape, gib):
+    import psutil
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # what the CPU machine says, on any machine
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=gib * 2**30))
+    result = in_process("benchmark", *overrides, f"benchmark.output_dir={tmp_path}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    batch = shape.split(" x ")[0]
+    assert result.stderr.strip() == (
+        f"error: benchmark.batch_size={batch}: on the CPU, transformers' BertForMaskedLM alone needs at least {needed} "
+        f"GiB at {shape} and this machine has {gib:.1f} GiB available: lower benchmark.batch_size (or "
+        "benchmark.layers), or run it on a GPU")
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_variant_that_cannot_run_here_is_one_line():

@@ -82,3 +82,24 @@ def test_bad_pretrained_tokenizer_settings_are_one_line(tmp_path, overrides, wor
     assert run.returncode == 2 and "Traceback" not in run.stderr
     (line,) = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     assert words in line
+
+
+def test_our_own_export_is_a_tokenizer_without_transformers_remote_code_prompt(tmp_path):
+    """An export ships the model's code for transformers to run (trust_remote_code); its tokenizer runs none, so
+    preparing data with it must not stop at transformers' "run the custom code? [y/N]" prompt."""
+    from cramming.model import build_mlm_model
+    from cramming.model.checkpoint import save_pretrained
+    from cramming.model.export import export_to_transformers
+    from tests.model.conftest import arch_config
+
+    tokenizer = BertTokenizerFast.from_pretrained(bert_style_folder(tmp_path / "bert-style"))
+    save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), len(tokenizer)), tmp_path / "ckpt", tokenizer)
+    export_to_transformers(tmp_path / "ckpt", tmp_path / "exported")
+    assert "auto_map" in json.loads((tmp_path / "exported" / "config.json").read_text())  # remote code: the prompt's cause
+    run = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "prepare_data.py"), "data=embedded",
+                          "data.tokenizer.kind=pretrained", f"data.tokenizer.name={tmp_path / 'exported'}",
+                          f"cache_dir={tmp_path / 'cache'}"], stdin=subprocess.PIPE, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "custom code" not in run.stdout + run.stderr
+    assert f"tokenizer {tmp_path / 'exported'}: vocabulary {len(tokenizer)}" in run.stdout + run.stderr

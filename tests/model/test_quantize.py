@@ -12,6 +12,7 @@ from cramming.model.checkpoint import save_pretrained
 from cramming.model.crammed_bert import CrammedForSequenceClassification
 from cramming.model.export import export_to_transformers
 from tests.model.conftest import VOCAB_SIZE, arch_config
+from tests.commands import in_subprocess
 from tests.test_bad_inputs import run_command
 
 RTE_HEADER = "index\tsentence1\tsentence2\tlabel\n"
@@ -75,3 +76,15 @@ def test_bad_quantize_settings_are_one_line(tmp_path, tokenizer, args, words):
     assert code == 2 and "Traceback" not in output
     (line,) = [line for line in output.splitlines() if line.startswith("error:")]
     assert words in line
+
+
+def test_scoring_a_pretraining_checkpoint_is_refused_naming_it_before_any_int8_work(tmp_path, tokenizer):
+    save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), VOCAB_SIZE), tmp_path / "mlm", tokenizer)
+    run = in_subprocess("export", f"ckpt={tmp_path / 'mlm'}", f"out={tmp_path / 'out'}", "quantize=int8",
+                        "quantize_eval_task=rte", f"glue_dir={tiny_rte(tmp_path)}")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1] == (
+        f"error: quantize_eval_task=rte: ckpt={tmp_path / 'mlm'} is not a classifier fine-tuned on it but a masked "
+        "language model; quantize one kept by eval_glue.py eval.save_models=true "
+        "(outputs/glue/<timestamp>/models/<task>-seed0)")  # the checkpoint given, not the temporary export of it
+    assert not (tmp_path / "out").exists()

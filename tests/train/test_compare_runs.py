@@ -8,6 +8,7 @@ import sys
 import torch
 
 from cramming.train.trainer import pretrain
+from tests.commands import in_process
 from tests.conftest import REPO_ROOT
 from tests.train.runs import STEP_RUN, compose_config
 
@@ -33,6 +34,9 @@ def test_two_runs_differing_in_one_key_and_one_package(shared_cache, tmp_path):
     curve = lines[lines.index("loss by step: A | B (B - A)") + 1:][:3]
     assert [line.split(":")[0].strip() for line in curve] == ["1", "2", "3"]
     assert (tmp_path / "both.png").is_file()
+    by_default = in_process("compare_runs", str(run_a), str(run_b), cwd=tmp_path)  # under outputs/, not here
+    (written,) = (tmp_path / "outputs" / "comparisons").glob("*-runs.png")
+    assert by_default.stdout.splitlines()[-1] == f"plot: {written.relative_to(tmp_path)}"
 
 
 def test_a_directory_that_is_not_a_run_is_one_line(tmp_path):

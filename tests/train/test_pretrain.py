@@ -141,6 +141,9 @@ def test_quickstart_leaves_summary_plots_and_a_wandb_run_and_two_runs_overlay(sh
     plotted = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert plotted.returncode == 0, plotted.stderr
     assert png_size(overlay) == (1100, 400)
+    by_default = in_process("plot_runs", str(run_dir), str(other), cwd=tmp_path)  # under outputs/, not here
+    (written,) = (tmp_path / "outputs" / "comparisons").glob("*-loss.png")
+    assert by_default.stdout == f"wrote {written.relative_to(tmp_path)}\n" and png_size(written) == (1100, 400)
     not_a_run = in_process("plot_runs", str(tmp_path))
     assert not_a_run.returncode == 2 and "no metrics.jsonl" in not_a_run.stderr and "Traceback" not in not_a_run.stderr
 

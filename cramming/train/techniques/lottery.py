@@ -6,7 +6,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from cramming.errors import CrammingError
-from cramming.runs import FINAL, resolve_checkpoint
+from cramming.runs import CONFIG_FILE, FINAL, resolve_checkpoint, run_config
 
 
 def lottery_ticket(cfg) -> tuple[Path, Path | None]:
@@ -15,11 +15,10 @@ def lottery_ticket(cfg) -> tuple[Path, Path | None]:
     sparsity = cfg.train.sparsity
     final = resolve_checkpoint(sparsity.ticket, Path(cfg.output_dir) / cfg.name, key="train.sparsity.ticket")
     run_dir = final.parent.parent
-    config_path = run_dir / "config.yaml"
-    if final.name != FINAL or not config_path.is_file():
+    if final.name != FINAL or not (run_dir / CONFIG_FILE).is_file():
         raise CrammingError(f"train.sparsity.ticket={sparsity.ticket}: {final} is not the final checkpoint of a "
                             "finished run (the ticket is the dense run's trained weights)")
-    dense = OmegaConf.load(config_path)
+    dense = run_config(run_dir)
     ours = OmegaConf.to_container(cfg.arch, resolve=True)
     if OmegaConf.to_container(dense.arch, resolve=True) != ours:
         raise CrammingError(f"train.sparsity.ticket={sparsity.ticket}: that run's arch differs from this one's: "

@@ -1,0 +1,69 @@
+"""Several processes, checked before they start: `python scripts/launch.py` or `cramming-launch`, with
+torchrun's own arguments.
+
+    python scripts/launch.py --nproc_per_node=4 pretrain.py budget=24 gpu=a100
+
+torchrun reports a process that failed with a traceback of its own and exit code 1, whatever the process
+said and returned. Here the pretraining command is first checked as its processes will check it (the
+overrides, the config's values, a GPU for each local process): a problem is one line and exit code 2
+before any process starts. A process that fails later ends the launch with one line and the process's own
+exit code; the process's error is printed above it.
+"""
+
+import sys
+from pathlib import Path
+
+from cramming.errors import CrammingError, exit_on_user_error, fail
+
+PRETRAINING = ("pretrain.py", "cramming.cli.pretrain", "cramming-pretrain")  # the script, -m module, command
+
+
+@exit_on_user_error
+def check_pretraining(arguments: list[str], processes: int, world_size: int | None) -> None:
+    """What each local process of `pretrain.py <arguments>` checks before its data is prepared (world_size:
+    None when other nodes join)."""
+    import torch
+
+    from cramming.cli import check_arguments
+    from cramming.cli.arguments import job_overrides, parse_arguments
+    from cramming.cli.pretrain import DIRECTORIES
+    from cramming.cli.resume import resumed_config
+    from cramming.composition import compose_config
+    from cramming.train.config import PretrainConfig
+    from cramming.train.optimizers import resolve_optim
+    from cramming.train.settings import check_train_config, resolve_settings
+
+    check_arguments(arguments, "pretrain", PretrainConfig, DIRECTORIES)
+    parsed = parse_arguments(arguments, "pretrain")
+    for overrides in job_overrides(parsed) if parsed.composes else []:
+        cfg = compose_config(parsed.config_name, overrides)
+        cfg = resumed_config(cfg, overrides, parsed.config_name, world_size) if cfg.resume else cfg
+        resolve_optim(cfg)
+        check_train_config(cfg)
+        if resolve_settings(cfg, 0).device.type == "cuda" and torch.cuda.device_count() < processes:
+            raise CrammingError(f"--nproc_per_node={processes}: each process trains on a GPU of its own and this "
+                                f"machine has {torch.cuda.device_count()}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import determine_local_world_size, parse_args, run
+
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if Path(args.training_script).name in PRETRAINING:
+        try:
+            processes = determine_local_world_size(args.nproc_per_node)
+        except ValueError as error:  # --nproc_per_node=gpu without one
+            fail(f"--nproc_per_node={args.nproc_per_node}: {error}")
+        check_pretraining(args.training_script_args, processes, processes if args.nnodes in ("1", "1:1") else None)
+    try:
+        run(args)
+    except ChildFailedError as failed:
+        rank, failure = failed.get_first_failure()
+        code = failure.exitcode if failure.exitcode > 0 else 128 - failure.exitcode  # signal N: 128 + N
+        fail(f"{args.training_script} stopped on rank {rank} with exit code {failure.exitcode}, its error above "
+             f"({len(failed.failures)} process(es) failed)", code)
+
+
+if __name__ == "__main__":
+    main()

@@ -14,8 +14,8 @@ import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from cramming.data.mlm import synthetic_mlm_batch
-from cramming.model import ModelConfig, build_mlm_model
 from cramming.gradient_step import Step, StepState
+from cramming.model import ModelConfig, build_mlm_model
 from cramming.runtime import Precision, prepare_device, recipe_adamw, resolve_device
 
 

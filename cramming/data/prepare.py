@@ -29,8 +29,8 @@ from cramming.data.filters import DocumentFilter, median_tokens_per_char, trash_
 from cramming.data.mixture import Mixture
 from cramming.data.ordering import row_order, sentence_end_ids
 from cramming.data.packing import RowWriter, TextBatch, documents_to_stream
-from cramming.data.progress import PreparationProgress
 from cramming.data.pretrained_tokenizer import pretrained_tokenizer, tokenizer_sha256
+from cramming.data.progress import PreparationProgress
 from cramming.data.sources import Document, Source
 from cramming.data.tokenizer import SEP_ID, train_tokenizer
 from cramming.errors import CrammingError

@@ -14,8 +14,8 @@ from omegaconf import MISSING, OmegaConf
 from cramming.data.config import DataConfig
 from cramming.errors import require
 from cramming.eval.config import GlueConfig
-from cramming.model.config import ModelConfig, as_model_config
 from cramming.hardware import GpuProfile
+from cramming.model.config import ModelConfig, as_model_config
 from cramming.runtime import check_lr_schedule
 from cramming.train.techniques import check_techniques, settings_under
 

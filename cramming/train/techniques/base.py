@@ -23,7 +23,6 @@ from typing import Any, Iterator
 import torch
 
 from cramming.data.stream import Microbatches
-from cramming.errors import require  # noqa: F401  (the techniques check their values with it)
 from cramming.train.callbacks import Callback
 
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
+from cramming.errors import require
 from cramming.train.callbacks import TrainState
-from cramming.train.techniques.base import RunContext, Setting, Technique, parameter_bytes, require
+from cramming.train.techniques.base import RunContext, Setting, Technique, parameter_bytes
 
 log = logging.getLogger("pretrain")
 WARMUP = 10  # d_n = min(d, (1 + n) / (WARMUP + n))

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
-from cramming.errors import CrammingError
+from cramming.errors import CrammingError, require
 from cramming.train.callbacks import TrainState
-from cramming.train.techniques.base import RunContext, Setting, Technique, require
+from cramming.train.techniques.base import RunContext, Setting, Technique
 
 
 @dataclass

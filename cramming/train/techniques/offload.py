@@ -12,8 +12,8 @@ import logging
 
 import torch
 
-from cramming.errors import CrammingError
-from cramming.train.techniques.base import RunContext, Setting, Technique, require
+from cramming.errors import CrammingError, require
+from cramming.train.techniques.base import RunContext, Setting, Technique
 
 log = logging.getLogger("pretrain")
 

@@ -13,8 +13,9 @@ import math
 
 import torch
 
+from cramming.errors import require
 from cramming.gradient_step import Gradients, StepState, StepWrapper
-from cramming.train.techniques.base import RunContext, Setting, Technique, parameter_bytes, require
+from cramming.train.techniques.base import RunContext, Setting, Technique, parameter_bytes
 
 
 class SharpnessAware(Technique):

@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 
 from cramming.data.mlm import IGNORE_INDEX, labels_at_logits
-from cramming.errors import CrammingError
-from cramming.train.optimizers import Optimizer, optimizer_groups
+from cramming.errors import CrammingError, require
 from cramming.train.callbacks import TrainState
-from cramming.train.techniques.base import RunContext, Setting, Technique, parameter_bytes, require
+from cramming.train.optimizers import Optimizer, optimizer_groups
+from cramming.train.techniques.base import RunContext, Setting, Technique, parameter_bytes
 
 
 class SophiaG(torch.optim.Optimizer):

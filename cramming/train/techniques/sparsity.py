@@ -32,11 +32,11 @@ from typing import Optional
 
 import torch
 
-from cramming.errors import CrammingError
+from cramming.errors import CrammingError, require
 from cramming.model.checkpoint import load_weights, read_weights
-from cramming.train.encoder import encoder_matrices
 from cramming.train.callbacks import TrainState
-from cramming.train.techniques.base import RunContext, Setting, Technique, require
+from cramming.train.encoder import encoder_matrices
+from cramming.train.techniques.base import RunContext, Setting, Technique
 from cramming.train.techniques.lottery import lottery_ticket
 
 log = logging.getLogger("pretrain")

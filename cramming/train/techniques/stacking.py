@@ -16,9 +16,9 @@ from typing import Optional
 
 import torch
 
-from cramming.errors import CrammingError
+from cramming.errors import CrammingError, require
 from cramming.train.callbacks import TrainState
-from cramming.train.techniques.base import RunContext, Setting, Technique, require
+from cramming.train.techniques.base import RunContext, Setting, Technique
 
 log = logging.getLogger("pretrain")
 

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from cramming.data.mlm import IGNORE_INDEX, labels_at_logits
+from cramming.errors import require
 from cramming.train.callbacks import TrainState
-from cramming.train.techniques.base import RunContext, Setting, Technique, require
+from cramming.train.techniques.base import RunContext, Setting, Technique
 
 
 @dataclass

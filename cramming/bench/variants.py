@@ -11,8 +11,8 @@ weights; scripts/bench_sparse.py times torch.sparse's 2:4 matmuls against dense 
 import torch
 from omegaconf import OmegaConf
 
+from cramming import compose_config
 from cramming.bench.timing import TimedStep
-from cramming.composition import compose_config
 from cramming.errors import CrammingError
 from cramming.model import ModelConfig, build_mlm_model
 from cramming.runtime import Precision

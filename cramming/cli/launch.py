@@ -28,7 +28,7 @@ def check_pretraining(arguments: list[str], processes: int, world_size: int | No
     from cramming.cli.arguments import job_overrides, parse_arguments
     from cramming.cli.pretrain import DIRECTORIES
     from cramming.cli.resume import resumed_config
-    from cramming.composition import compose_config
+    from cramming import compose_config
     from cramming.train.config import PretrainConfig
     from cramming.train.optimizers import resolve_optim
     from cramming.train.settings import check_train_config, resolve_settings

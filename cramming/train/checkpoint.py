@@ -25,9 +25,8 @@ from cramming.errors import CrammingError
 from cramming.files import write_atomically
 from cramming.model.checkpoint import load_weights, non_finite, read_weights, save_pretrained
 from cramming.model.config import ModelConfig
-from cramming.runs import FINAL, STATE_FILE, step_name
+from cramming.runs import FINAL, STATE_FILE, differences, flatten, step_name
 from cramming.train.callbacks import Callback, CallbackList, Progress, TrainState
-from cramming.train.compare import differences, flatten
 from cramming.train.config import TrainConfig
 from cramming.train.techniques import optimizer_state_parts
 

@@ -17,7 +17,7 @@ from torch import nn
 from cramming import CONFIG_DIR
 from cramming.errors import CrammingError
 from cramming.runtime import build_optimizer, parameter_groups
-from cramming.train.encoder import encoder_matrices
+from cramming.model.crammed_bert import encoder_matrices
 
 @dataclass(frozen=True)
 class Optimizer:

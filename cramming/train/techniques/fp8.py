@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from cramming.errors import CrammingError
-from cramming.train.encoder import in_encoder_layers
+from cramming.model.crammed_bert import in_encoder_layers
 from cramming.train.techniques.base import RunContext, Setting, Technique
 
 log = logging.getLogger("pretrain")

@@ -16,8 +16,9 @@ from torch import nn
 
 from cramming import CONFIG_DIR
 from cramming.errors import CrammingError
-from cramming.runtime import build_optimizer, parameter_groups
 from cramming.model.crammed_bert import encoder_matrices
+from cramming.runtime import build_optimizer, parameter_groups
+
 
 @dataclass(frozen=True)
 class Optimizer:

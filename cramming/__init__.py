@@ -12,3 +12,17 @@ __version__ = "0.1.0"
 # editable install) they stay at the top level of the repository.
 _PACKAGED_CONFIGS = Path(__file__).resolve().parent / "configs"
 CONFIG_DIR = _PACKAGED_CONFIGS if _PACKAGED_CONFIGS.is_dir() else Path(__file__).resolve().parents[1] / "configs"
+
+
+def compose_config(config_name: str, overrides: list[str]):
+    """The command config `config_name` composed from configs/ with `overrides`, for library code that runs
+    other commands' work (the GPU check runs the benchmark, pretraining and GLUE; the golden runs compose
+    pretraining). Inside a running Hydra app the global Hydra already holds configs/ and initializing it
+    again fails ("GlobalHydra is already initialized"); outside one it is initialized for the call."""
+    from hydra import compose, initialize_config_dir  # here: `import cramming` does not pay for Hydra
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        return compose(config_name, overrides=overrides)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name, overrides=overrides)

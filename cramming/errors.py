@@ -20,6 +20,14 @@ class CrammingError(Exception):
     label = "error"  # the word that starts the line
 
 
+def require(rules: list[tuple[bool, str]]) -> None:
+    """Raise a CrammingError with the message of the first rule that does not hold: how each config part and each
+    technique checks its values, before any work."""
+    for ok, message in rules:
+        if not ok:
+            raise CrammingError(message)
+
+
 def describe_os_error(error: OSError) -> str:
     where = f" {error.filename}" if error.filename else ""
     return f"cannot use{where}: {error.strerror or error}"

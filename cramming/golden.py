@@ -60,7 +60,7 @@ def pretrain_overrides(corpus: Path, workdir: Path) -> list[str]:
 def run_pretraining(workdir: Path, extra_overrides: tuple[str, ...] = ()) -> tuple[dict, Path]:
     """The golden pretraining in this process (with `extra_overrides`, a deliberately changed one): its
     numbers (losses at CHECKED_STEPS, validation loss, norm of the final weights) and final checkpoint."""
-    from cramming.composition import compose_config
+    from cramming import compose_config
     from cramming.data.prepare import prepare_dataset
     from cramming.train.config import PretrainConfig  # noqa: F401  (registers the schemas)
     from cramming.train.trainer import pretrain

@@ -10,6 +10,7 @@ complete, so a hidden or partial directory never counts.
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -140,3 +141,21 @@ def run_configs(run_dir: Path) -> list[DictConfig]:
 def run_config(run_dir: Path) -> DictConfig:
     """The config a run trained with last: what its newest checkpoint was written under."""
     return run_configs(run_dir)[-1]
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """{"train": {"optim": {"lr": 1e-3}}} -> {"train.optim.lr": 1e-3}."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    flat = {}
+    for key, value in tree.items():
+        flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def differences(a: Any, b: Any) -> list[tuple[str, Any, Any]]:
+    """(key, value in a, value in b) for every key whose values differ, a key missing on one side included."""
+    flat_a, flat_b = flatten(a), flatten(b)
+    keys = sorted(set(flat_a) | set(flat_b))
+    return [(key, flat_a.get(key, "(absent)"), flat_b.get(key, "(absent)")) for key in keys
+            if flat_a.get(key, "(absent)") != flat_b.get(key, "(absent)")]

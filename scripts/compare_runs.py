@@ -1,5 +1,5 @@
 """What differs between two pretraining runs: config, code and packages, data, loss curves (the work:
-cramming.train.compare).
+cramming.cli.compare_runs).
 
     python scripts/compare_runs.py outputs/base/<timestamp> outputs/rerun/<timestamp> --out comparison.png
 """

@@ -9,6 +9,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One torch thread per worker and per subprocess it starts: the workers already use every core, and two
+    # thread pools per core spin against each other (measured: a 2-core machine did 1.7x the CPU work).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 

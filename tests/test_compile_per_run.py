@@ -13,8 +13,8 @@ import functools
 import pytest
 import torch
 
+from cramming import compose_config as compose_command
 from cramming.bench.benchmark import run_benchmark
-from cramming.composition import compose_config as compose_command
 from cramming.train.trainer import pretrain
 from tests.train.runs import TINY_RUN, compose_config, summary
 

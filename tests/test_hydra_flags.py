@@ -116,7 +116,7 @@ PRETRAIN_GROUPS = "its groups: arch, data, train, gpu, eval, wandb"
     ("pretrain", ["sweep=smoke"], f"error: sweep=smoke: pretrain.py has no config group sweep ({PRETRAIN_GROUPS}); "
                                   "sweep is a group of scripts/ablate.py: python scripts/ablate.py sweep=smoke", False),
     ("pretrain", ["arch=schema"], "error: unknown arch=schema; choose one of bert-base, bert-base-tiny, crammed-bert, "
-                                  "crammed-bert-tiny", False),
+                                  "crammed-bert-tiny, modern-bert, modern-bert-tiny", False),
     ("pretrain", ["+arch=bert-base"], "error: +arch=bert-base: arch is a group of pretrain.py already; choose with "
                                       "arch=bert-base", False),
     ("pretrain", ["eval=null"], "error: eval=null: leave a group out with ~eval, or choose one of glue", False),
@@ -139,12 +139,12 @@ def test_a_group_the_command_does_not_have_is_one_line(name, arguments, message,
 
 
 @pytest.mark.parametrize(("name", "arguments", "groups"), [
-    ("pretrain", [], ["arch: bert-base, bert-base-tiny, crammed-bert, crammed-bert-tiny",
+    ("pretrain", [], ["arch: bert-base, bert-base-tiny, crammed-bert, crammed-bert-tiny, modern-bert, modern-bert-tiny",
                       "data: embedded, fineweb-edu, local, mixture, wikipedia", "train: cramming, quick, steps",
-                      "gpu: 2080ti, 3060ti, a100, a4000, a6000, auto, cpu, h100, h200, v100", "eval: glue",
-                      "wandb: disabled, offline, online"]),
+                      "gpu: 2080ti, 3060ti, a100, a4000, a6000, auto, cpu, h100, h100-nvl, h100-pcie, h200, h200-nvl, v100",
+                      "eval: glue", "wandb: disabled, offline, online"]),
     ("eval_glue", [], ["eval: glue"]),
-    ("ablate", [], ["sweep: data, distillation, ema, lottery, optimizers, schedules, smoke, techniques"]),
+    ("ablate", [], ["sweep: data, distillation, ema, lottery, modern-bert, optimizers, schedules, smoke, techniques"]),
     ("export", [], ["(none: every setting is a key of the config below)"]),
 ])
 def test_help_lists_only_the_groups_and_options_a_command_has(name, arguments, groups):

@@ -13,7 +13,7 @@ import pytest
 from cramming import golden
 from cramming.cli import compare_runs
 from cramming.errors import CrammingError
-from cramming.train import microbatch
+from cramming.train.settings import CACHE_FILE, cached_search
 from cramming.train.trainer import pretrain as pretrain_in_process
 from tests.test_bad_inputs import COMMANDS, GLUE_DIR, run_command
 from tests.train.runs import STEP_RUN, compose_config
@@ -138,9 +138,9 @@ def test_a_damaged_file_of_a_prepared_dataset_is_rebuilt(made, tmp_path, name, d
 @pytest.mark.parametrize("content", ["{", "[1, 2]", '{"key": {"microbatch_size": "many"}}', '{"key": 7}'])
 def test_a_damaged_microbatch_cache_is_searched_again_and_rewritten(tmp_path, content):
     """The cache is reached on a GPU only; its reading and rewriting are the same code here."""
-    (tmp_path / microbatch.CACHE_FILE).write_text(content)
-    assert microbatch.cached_search(tmp_path, "key", lambda: (48, [])) == (48, "search")
-    assert microbatch.cached_search(tmp_path, "key", lambda: (1, [])) == (48, "cache")
+    (tmp_path / CACHE_FILE).write_text(content)
+    assert cached_search(tmp_path, "key", lambda: (48, [])) == (48, "search")
+    assert cached_search(tmp_path, "key", lambda: (1, [])) == (48, "cache")
 
 
 @pytest.mark.parametrize("content", ["", '{"final_loss": 2.', "[]", "7"])

@@ -26,11 +26,11 @@ from typing import Optional
 
 import torch
 
+from cramming import compose_config
 from cramming.bench.gpu_report import STAGES, record_stage
 from cramming.bench.gpu_suite import SELECTIONS
-from cramming.composition import compose_config
 from cramming.errors import CrammingError
-from cramming.train.interrupt import Interrupted
+from cramming.train.stopping import Interrupted
 
 log = logging.getLogger(__name__)
 BENCH_MODES = ("compiled", "eager")

@@ -1,11 +1,12 @@
 """A training step of a model on a fixed synthetic batch, timed: forward, backward, the gradient norm (and
 clipping), the non-finite check and the update.
 
-The trainer's own step mechanics (cramming.gradient_step) with its precision policy and the recipe's AdamW
+The trainer's own step (cramming.gradient_step.Step) with its precision policy and the recipe's AdamW
 (cramming.runtime), without data loading: what the benchmark compares, the calculator's speed fit measures
-and its `check` verifies.
+and its `check` verifies. With techniques (the benchmark's variants), the step they make of it.
 """
 
+import itertools
 import time
 from dataclasses import dataclass
 
@@ -13,8 +14,8 @@ import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from cramming.data.mlm import synthetic_mlm_batch
+from cramming.gradient_step import Step, StepState
 from cramming.model import ModelConfig, build_mlm_model
-from cramming.gradient_step import apply_update, backward, gradient_finite, gradient_norm
 from cramming.runtime import Precision, prepare_device, recipe_adamw, resolve_device
 
 
@@ -31,14 +32,25 @@ class TimedStep:
 
     def __init__(self, model: torch.nn.Module, batch: dict, precision: Precision, device: torch.device, *,
                  grad_clip: float | None = None, fused_adamw: bool = True,
-                 optimizer: torch.optim.Optimizer | None = None):
-        """grad_clip: the max gradient norm (None: measured, not clipped, as the trainer does for its metrics);
-        optimizer: None builds the recipe's AdamW over the model's parameters."""
+                 optimizer: torch.optim.Optimizer | None = None, techniques: list = ()):
+        """model: as it runs (compiled or not); grad_clip: the max gradient norm (None: measured, not clipped, as
+        the trainer does for its metrics); optimizer: None builds the recipe's AdamW over the model's parameters;
+        techniques: built ones (cramming.train.techniques), which wrap the optimizer and the step and act at the
+        step's callback points, as in pretraining."""
+        from cramming.train.callbacks import CallbackList
+        from cramming.train.techniques import wrap_optimizer
+
         self.model = model.to(device).train()
         self.batch = {key: value.to(device) for key, value in batch.items()}
-        self.precision, self.device, self.grad_clip = precision, device, grad_clip
-        self.optimizer = optimizer or recipe_adamw(self.model, fused=fused_adamw)
+        self.precision, self.device, self.techniques = precision, device, list(techniques)
+        plain = getattr(self.model, "_orig_mod", self.model)
+        self.optimizer = wrap_optimizer(self.techniques, optimizer or recipe_adamw(plain, fused=fused_adamw))
         self.scaler = precision.grad_scaler()
+        self.callbacks = CallbackList(self.techniques) if self.techniques else None
+        self.state = StepState(model=plain, device=device)
+        self.training_step = self._step(self.model, grad_clip)
+        if self.callbacks is not None:
+            self.callbacks.on_train_start(self.state)
         self.peak_bytes = 0  # on CUDA: this model's weights and optimizer state plus what its step allocates
 
     def resident_bytes(self) -> int:
@@ -50,19 +62,25 @@ class TimedStep:
         return sum(tensor_bytes(t) for t in tensors if t.device == self.device)
 
     def run(self) -> None:
-        """One training step, untimed, as the trainer's (cramming.train.step) on one microbatch."""
-        loss = backward(self.model, self.batch, self.precision, self.scaler)
-        norm = gradient_norm(self.optimizer, self.scaler, self.model.parameters(), self.grad_clip)
-        apply_update(self.optimizer, self.scaler, torch.isfinite(loss) & gradient_finite(norm, self.scaler))
+        """One training step, untimed: the trainer's step on one microbatch."""
+        self.training_step.run(self.state)
+
+    def _step(self, network: torch.nn.Module, grad_clip: float | None = None):
+        """The training step on this batch, as the techniques make it (cramming.train.techniques.wrap_step)."""
+        from cramming.train.techniques import wrap_step
+
+        return wrap_step(self.techniques, Step(network, self.optimizer, self.scaler, self.precision,
+                                               itertools.repeat(self.batch), grad_clip=grad_clip,
+                                               callbacks=self.callbacks))
 
     def executed_flops(self) -> float:
-        """FLOPs one forward and backward pass executes, counted by torch's FlopCounterMode on the eager
-        model (attention, the sparse head: what really runs; the optimizer's elementwise work not)."""
+        """FLOPs the step's forward and backward passes execute (SAM's two), counted by torch's FlopCounterMode
+        on the eager model (attention, the sparse head: what really runs; the optimizer's elementwise work not)."""
         from torch.utils.flop_counter import FlopCounterMode
 
-        model = getattr(self.model, "_orig_mod", self.model)  # the counter sees eager operators only
+        model = self.state.model  # the counter sees eager operators only
         with FlopCounterMode(display=False) as counter:
-            backward(model, self.batch, self.precision, self.scaler)
+            self._step(model).gradients(self.state)
         model.zero_grad(set_to_none=True)
         return float(counter.get_total_flops())
 

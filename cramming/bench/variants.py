@@ -1,71 +1,79 @@
-"""The benchmark's variants (`benchmark.variants=[fp8,adamw8bit,...]`): our model's training step with one
-GPU option switched on, built as the trainer builds it and timed interleaved with the default step, so
-each option's tokens/s and peak memory come out as a ratio to the default measured in the same process.
+"""The benchmark's variants (`benchmark.variants=[fp8,sam,...]`): our model's training step with one technique
+or optimizer switched on, built as pretraining builds it (the same Technique objects, from the overrides that
+switch it on, through the same events: model surgery, optimizer wrapping, step wrapping, callbacks), and timed
+interleaved with the default step, so each comes out as a ratio to the default measured in the same process.
 
-- fp8: the encoder Linears in torchao float8 (cramming.train.low_precision; compute capability 8.9+, compile);
-- adamw8bit: torchao's 8-bit AdamW with the recipe's values (configs/optim/adamw8bit.yaml; CUDA);
-- offload: AdamW inside torchao's CPUOffloadOptimizer (CUDA);
-- activation-checkpointing: each encoder layer recomputed in the backward pass (anywhere).
-
-2:4 sparsity is not a variant: training keeps dense kernels and masks the weights; scripts/bench_sparse.py
-times torch.sparse's 2:4 matmuls against dense ones.
+A variant is a technique's benchmark name (its `variant`: fp8, offload, activation-checkpointing, sam, ema) or a
+`train.optim.name` (adamw8bit, lion, ...). 2:4 sparsity is not one: training keeps dense kernels and masks the
+weights; scripts/bench_sparse.py times torch.sparse's 2:4 matmuls against dense ones.
 """
 
 import torch
 from omegaconf import OmegaConf
 
+from cramming import compose_config
 from cramming.bench.timing import TimedStep
 from cramming.errors import CrammingError
 from cramming.model import ModelConfig, build_mlm_model
-from cramming.runtime import Precision, recipe_adamw
+from cramming.runtime import Precision
+from cramming.train.techniques import TECHNIQUES, RunContext, build_techniques, prepare_model, variant_overrides
 
-VARIANTS = ("fp8", "adamw8bit", "offload", "activation-checkpointing")
-CUDA_ONLY = ("adamw8bit", "offload")
+
+def variant_names() -> list[str]:
+    from cramming.train.optimizers import optimizers
+
+    return [technique.variant for technique in TECHNIQUES if technique.variant] + list(optimizers())
+
+
+def variant_config(name: str, arch: ModelConfig):
+    """The pretraining config of our step with the variant on (the benchmark's arch; only train, impl and arch
+    are read)."""
+    from cramming.train.config import PretrainConfig  # noqa: F401  (registers the schemas pretrain.yaml names)
+    from cramming.train.optimizers import resolve_optim
+
+    overrides = variant_overrides(name) or (f"train.optim.name={name}",)
+    cfg = compose_config("pretrain", ["data=embedded", "gpu=cpu", *overrides])
+    cfg.arch = OmegaConf.structured(arch)
+    resolve_optim(cfg)
+    return cfg
 
 
 def check_variants(variants: list[str], device: torch.device, compiled: bool, dtype: str) -> None:
-    """One line naming the first variant that cannot run with these settings, before anything is built."""
-    from cramming.train.techniques.fp8 import fp8_problem
+    """One line naming the first variant that cannot run with these settings, before anything is built: the
+    technique's (or optimizer's) own device checks, in the benchmark's terms."""
+    from cramming.train.optimizers import optimizers
+    from cramming.train.techniques import check_on_device
 
+    known = variant_names()
     for name in variants:
-        if name not in VARIANTS:
-            raise CrammingError(f"benchmark.variants: {name!r} is unknown; choose from {', '.join(VARIANTS)}")
-        if name in CUDA_ONLY and device.type != "cuda":
-            raise CrammingError(f"benchmark.variants: {name} needs a CUDA GPU; this benchmark runs on "
-                                f"{device.type}")
-        if name == "fp8":
-            capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-            problem = fp8_problem(device, capability, compiled)
-            if problem:
-                problem = problem.replace("impl.compile=false", "benchmark.compile=false")
-                raise CrammingError(f"benchmark.variants: {problem}")
-        if name == "offload" and dtype == "fp16":
-            raise CrammingError("benchmark.variants: offload does not combine with fp16 loss scaling; use "
-                                "benchmark.dtype=bf16")
+        if name not in known:
+            raise CrammingError(f"benchmark.variants: {name!r} is unknown; choose from {', '.join(known)}")
+        cfg = variant_config(name, ModelConfig(name="variant"))
+        if optimizers()[cfg.train.optim.name].cuda_only and device.type != "cuda":
+            raise CrammingError(f"benchmark.variants: {name} needs a CUDA GPU; this benchmark runs on {device.type}")
+        try:
+            check_on_device(cfg, device, compiled, dtype, 1)
+        except CrammingError as problem:
+            message = str(problem).replace("impl.compile=false", "benchmark.compile=false")
+            raise CrammingError(f"benchmark.variants: {message.replace('impl.precision=', 'benchmark.dtype=')}") \
+                from None
+        enabled = [technique for technique in TECHNIQUES if technique.enabled(cfg)]
+        if any(technique.needs_cuda for technique in enabled) and device.type != "cuda":
+            raise CrammingError(f"benchmark.variants: {name} needs a CUDA GPU; this benchmark runs on {device.type}")
     if len(set(variants)) != len(variants):
         raise CrammingError(f"benchmark.variants={variants} names a variant twice")
 
 
 def variant_step(name: str, arch: ModelConfig, vocab_size: int, batch: dict, precision: Precision,
                  device: torch.device, compile_mode: str | None, fused_adamw: bool) -> TimedStep:
-    """Our model and optimizer with the variant switched on, as pretraining builds them; compile_mode None:
-    eager."""
-    from cramming.train.techniques.activation_checkpointing import checkpoint_activations
-    from cramming.train.techniques.fp8 import convert_to_fp8
-    from cramming.train.techniques.offload import offload
-    from cramming.train.optimizers import build_pretraining_optimizer, optimizer_defaults
+    """Our model, optimizer and step with the variant on, as pretraining builds them; compile_mode None: eager."""
+    from cramming.train.optimizers import build_pretraining_optimizer
 
+    cfg = variant_config(name, arch)
+    techniques = build_techniques(cfg, RunContext(device, compile_mode is not None, precision.name, 1))
     model = build_mlm_model(arch, vocab_size).to(device)
-    if name == "activation-checkpointing":
-        checkpoint_activations(model)
-    if name == "fp8":
-        convert_to_fp8(model)
-    if compile_mode is not None:
-        model = torch.compile(model, fullgraph=True, mode=compile_mode)
-    optimizer = None
-    if name == "adamw8bit":
-        optim = OmegaConf.create({**optimizer_defaults("adamw8bit"), "decay_embeddings": True})
-        optimizer = build_pretraining_optimizer(model, OmegaConf.merge(optim, {"name": "adamw8bit"}))
-    if name == "offload":
-        optimizer = offload(recipe_adamw(model, fused=fused_adamw))
-    return TimedStep(model, batch, precision, device, fused_adamw=fused_adamw, optimizer=optimizer)
+    prepare_model(techniques, model)
+    network = torch.compile(model, fullgraph=True, mode=compile_mode) if compile_mode is not None else model
+    optimizer = None if cfg.train.optim.name == "adamw" else build_pretraining_optimizer(model, cfg.train.optim)
+    return TimedStep(network, batch, precision, device, fused_adamw=fused_adamw, optimizer=optimizer,
+                     techniques=techniques)  # None: the recipe's AdamW, as the default step's

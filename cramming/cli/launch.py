@@ -24,14 +24,14 @@ def check_pretraining(arguments: list[str], processes: int, world_size: int | No
     None when other nodes join)."""
     import torch
 
+    from cramming import compose_config
     from cramming.cli import check_arguments
     from cramming.cli.arguments import job_overrides, parse_arguments
     from cramming.cli.pretrain import DIRECTORIES
     from cramming.cli.resume import resumed_config
-    from cramming.composition import compose_config
-    from cramming.train.config import PretrainConfig
+    from cramming.train.config import PretrainConfig, check_pretrain_config
     from cramming.train.optimizers import resolve_optim
-    from cramming.train.settings import check_train_config, resolve_settings
+    from cramming.train.settings import resolve_settings
 
     check_arguments(arguments, "pretrain", PretrainConfig, DIRECTORIES)
     parsed = parse_arguments(arguments, "pretrain")
@@ -39,7 +39,7 @@ def check_pretraining(arguments: list[str], processes: int, world_size: int | No
         cfg = compose_config(parsed.config_name, overrides)
         cfg = resumed_config(cfg, overrides, parsed.config_name, world_size) if cfg.resume else cfg
         resolve_optim(cfg)
-        check_train_config(cfg)
+        check_pretrain_config(cfg)
         if resolve_settings(cfg, 0).device.type == "cuda" and torch.cuda.device_count() < processes:
             raise CrammingError(f"--nproc_per_node={processes}: each process trains on a GPU of its own and this "
                                 f"machine has {torch.cuda.device_count()}")

@@ -11,9 +11,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from cramming.cli.overrides import key_of
 from cramming.errors import CrammingError
-from cramming.runs import CONFIG_FILE, FINAL, resolve_checkpoint, run_config, run_of
+from cramming.runs import CONFIG_FILE, FINAL, differences, resolve_checkpoint, run_config, run_of
 from cramming.train.checkpoint import load_state
-from cramming.train.compare import differences
 from cramming.train.config import PretrainConfig
 from cramming.train.optimizers import resolve_optim
 

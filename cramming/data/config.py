@@ -1,10 +1,13 @@
-"""Typed schema of the Hydra group `data`: every key here is used, any other key is rejected."""
+"""Typed schema of the Hydra group `data`: every key here is used, any other key is rejected, and each part
+checks its values (`check`), with the allowed choices read from the code that uses them."""
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
+
+from cramming.errors import require
 
 
 @dataclass
@@ -33,6 +36,27 @@ class FilterConfig:
     # cramming.data.near_dedup); null: off
     near_dedup_threshold: Optional[float] = None
 
+    def check(self) -> None:
+        from cramming.data.filters import TRASH_SCALINGS
+
+        cutoff, scaling = self.trash_cutoff, self.trash_cutoff_scaling
+        require([
+            (self.min_chars >= 0, f"data.filter.min_chars={self.min_chars} must not be negative"),
+            (cutoff is None or cutoff > 0, f"data.filter.trash_cutoff={cutoff} must be null or positive"),
+            (scaling in TRASH_SCALINGS,
+             f"data.filter.trash_cutoff_scaling={scaling!r} is unknown; choose one of {', '.join(TRASH_SCALINGS)}"),
+            (scaling != "median" or cutoff is not None,
+             "data.filter.trash_cutoff_scaling=median needs data.filter.trash_cutoff=<a multiple of the median, e.g. "
+             "1.3>"),
+            (scaling != "median" or cutoff is None or cutoff >= 1,
+             f"data.filter.trash_cutoff={cutoff} with trash_cutoff_scaling=median is a multiple of the corpus's "
+             "median tokens per character and must be at least 1 (e.g. 1.3); below 1 it drops most documents"),
+            (0 <= self.max_bad_char_fraction <= 1,
+             f"data.filter.max_bad_char_fraction={self.max_bad_char_fraction} must be in [0, 1]"),
+            (self.near_dedup_threshold is None or 0 < self.near_dedup_threshold <= 0.98,  # LSH needs 2+ bands
+             f"data.filter.near_dedup_threshold={self.near_dedup_threshold} must be in (0, 0.98] (null: off)"),
+        ])
+
 
 @dataclass
 class TokenizerConfig:
@@ -43,6 +67,24 @@ class TokenizerConfig:
     vocab_size: int = 32768
     min_frequency: int = 2
     train_sample_mb: float = 16.0  # the tokenizer is trained on the first this-many MB of kept text
+
+    def check(self) -> None:
+        from cramming.data.tokenizer import MAX_VOCAB_SIZE, SPECIAL_TOKENS, TOKENIZER_KINDS
+
+        require([
+            (self.kind in TOKENIZER_KINDS,
+             f"data.tokenizer.kind={self.kind!r} is unknown; choose one of {', '.join(TOKENIZER_KINDS)}"),
+            (self.kind != "pretrained" or bool(self.name),
+             "data.tokenizer.kind=pretrained needs data.tokenizer.name=<a hub id such as bert-base-uncased, or a "
+             "folder>"),
+            (self.kind == "pretrained" or self.name is None,
+             f"data.tokenizer.name={self.name} is read only with data.tokenizer.kind=pretrained"),
+            (len(SPECIAL_TOKENS) < self.vocab_size <= MAX_VOCAB_SIZE,
+             f"data.tokenizer.vocab_size={self.vocab_size} must be between {len(SPECIAL_TOKENS) + 1} and "
+             f"{MAX_VOCAB_SIZE} (rows are stored as uint16)"),
+            (self.min_frequency >= 1, f"data.tokenizer.min_frequency={self.min_frequency} must be at least 1"),
+            (self.train_sample_mb > 0, f"data.tokenizer.train_sample_mb={self.train_sample_mb} must be positive"),
+        ])
 
 
 @dataclass
@@ -93,6 +135,29 @@ class DataConfig:
     validation_rows: int = 256
     # Execution only (not part of the cache key): batch size of text handed to the tokenizer.
     batch_mb: float = 2.0
+
+    def check(self) -> None:
+        """Every value in its domain before any text is read (the source's settings by its kind's class); one line
+        naming the first that is not."""
+        from cramming.data.ordering import ORDERINGS
+        from cramming.data.sources import Source
+
+        Source.check_config(self)
+        require([
+            (self.ordering in ORDERINGS,
+             f"data.ordering={self.ordering!r} is unknown; choose one of {', '.join(ORDERINGS)}"),
+            (self.seq_length >= 2, f"data.seq_length={self.seq_length} must be at least 2"),
+            (self.batch_mb > 0, f"data.batch_mb={self.batch_mb} must be positive"),
+            (self.max_doc_chars >= 1, f"data.max_doc_chars={self.max_doc_chars} must be at least 1"),
+            (self.validation_rows >= 0,
+             f"data.validation_rows={self.validation_rows} must not be negative (0: no validation)"),
+            (self.max_documents is None or self.max_documents >= 1,
+             f"data.max_documents={self.max_documents} must be null or at least 1"),
+            (self.max_tokens is None or self.max_tokens >= self.seq_length,
+             f"data.max_tokens={self.max_tokens} must be null or at least data.seq_length={self.seq_length} (one row)"),
+        ])
+        self.tokenizer.check()
+        self.filter.check()
 
 
 ConfigStore.instance().store(group="data", name="schema", node=DataConfig)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from cramming.data.config import DataConfig
 from cramming.data.local_source import READ_BATCH_ROWS
 from cramming.data.source_base import Document, Source, split_records
-from cramming.errors import CrammingError
+from cramming.errors import CrammingError, require
 
 log = logging.getLogger(__name__)
 COMMIT = re.compile(r"[0-9a-f]{40}")  # a full commit sha names itself: no need to ask the hub
@@ -25,10 +25,20 @@ class HubSource(Source, kind="hub"):
         self._commit: str | None = None
         self._resolved = False
 
+    reads_revision = True
+
+    @classmethod
+    def check(cls, cfg: DataConfig) -> None:
+        super().check(cfg)
+        require([
+            (bool(cfg.hub_path), "data.source=hub needs data.hub_path (a dataset name on the hub)"),
+            (cfg.hub_revision is None or bool(cfg.hub_revision.strip()),
+             "data.hub_revision is empty: give a branch, tag or commit of the hub dataset, or null for its default "
+             "branch"),
+        ])
+
     @classmethod
     def build(cls, cfg: DataConfig) -> "HubSource":
-        if not cfg.hub_path:
-            raise CrammingError("data.source=hub needs data.hub_path (a dataset name on the hub)")
         return cls(cfg)
 
     @property

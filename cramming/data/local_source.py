@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from cramming.data.config import DataConfig
 from cramming.data.source_base import Document, Source, split_records
-from cramming.errors import CrammingError
+from cramming.errors import CrammingError, require
 
 # datasets builder for each supported file suffix (compression is handled by datasets itself)
 BUILDERS = {
@@ -68,6 +68,12 @@ class LocalSource(Source, kind="local"):
     def __init__(self, cfg: DataConfig, files: list[str]):
         super().__init__(cfg)
         self.files = files  # the local files read, in order
+
+    @classmethod
+    def check(cls, cfg: DataConfig) -> None:
+        super().check(cfg)
+        require([(cfg.files not in (None, "???", "", []),
+                  "data=local needs data.files=<a file, a glob, or a list of them>")])
 
     @classmethod
     def build(cls, cfg: DataConfig) -> "LocalSource":

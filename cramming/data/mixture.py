@@ -22,34 +22,7 @@ from collections.abc import Iterator
 from cramming.data.config import DataConfig
 from cramming.data.local_source import LocalSource
 from cramming.data.source_base import SAMPLE_BY, Document, Source
-from cramming.errors import CrammingError
-
-
-def check_mixture_config(cfg: DataConfig) -> None:
-    """The mixture's settings, one line naming the first bad one (data.sources only goes with data=mixture)."""
-    if cfg.source != "mixture":
-        if cfg.sources:
-            raise CrammingError(f"data.sources is set but data.source={cfg.source}: mixtures need data=mixture")
-        return
-    if not cfg.sources:
-        raise CrammingError("data=mixture needs data.sources='[{files: a.txt.gz, weight: 0.7}, {files: b.jsonl, "
-                            "weight: 0.3}]'")
-    if cfg.files not in (None, "???", "", []):
-        raise CrammingError("data=mixture reads data.sources; data.files is for data=local (give each source its files)")
-    names = []
-    for index, spec in enumerate(cfg.sources):
-        where = f"data.sources[{index}]"
-        if spec.files in (None, "???", "", []):
-            raise CrammingError(f"{where} needs files: a file, a glob, or a list of them")
-        weight = spec.weight
-        if not (isinstance(weight, (int, float)) and 0 < weight < float("inf")):
-            raise CrammingError(f"{where}.weight={weight} must be a positive number")
-        if spec.sample_by is not None and spec.sample_by not in SAMPLE_BY:
-            raise CrammingError(f"{where}.sample_by={spec.sample_by!r} is unknown; choose one of {', '.join(SAMPLE_BY)}")
-        names.append(source_name(spec))
-    duplicate = next((name for name in names if names.count(name) > 1), None)
-    if duplicate is not None:
-        raise CrammingError(f"data.sources: two sources are named {duplicate!r}; give each a distinct name")
+from cramming.errors import CrammingError, require
 
 
 def source_name(spec) -> str:
@@ -67,9 +40,36 @@ class Mixture(Source, kind="mixture"):
         self.components, self.names = components, names
         self.weights = weights  # normalized to sum to 1
 
+    reads_sources = True
+
+    @classmethod
+    def check(cls, cfg: DataConfig) -> None:
+        """The mixture's settings, one line naming the first bad one."""
+        super().check(cfg)
+        if not cfg.sources:
+            raise CrammingError("data=mixture needs data.sources='[{files: a.txt.gz, weight: 0.7}, {files: b.jsonl, "
+                                "weight: 0.3}]'")
+        if cfg.files not in (None, "???", "", []):
+            raise CrammingError("data=mixture reads data.sources; data.files is for data=local (give each source its "
+                                "files)")
+        names = []
+        for index, spec in enumerate(cfg.sources):
+            where = f"data.sources[{index}]"
+            if spec.files in (None, "???", "", []):
+                raise CrammingError(f"{where} needs files: a file, a glob, or a list of them")
+            weight = spec.weight
+            if not (isinstance(weight, (int, float)) and 0 < weight < float("inf")):
+                raise CrammingError(f"{where}.weight={weight} must be a positive number")
+            if spec.sample_by is not None and spec.sample_by not in SAMPLE_BY:
+                raise CrammingError(f"{where}.sample_by={spec.sample_by!r} is unknown; choose one of "
+                                    f"{', '.join(SAMPLE_BY)}")
+            names.append(source_name(spec))
+        duplicate = next((name for name in names if names.count(name) > 1), None)
+        if duplicate is not None:
+            raise CrammingError(f"data.sources: two sources are named {duplicate!r}; give each a distinct name")
+
     @classmethod
     def build(cls, cfg: DataConfig) -> "Mixture":
-        check_mixture_config(cfg)
         components, names, weights = [], [], []
         for spec in cfg.sources:
             component = DataConfig(

@@ -1,4 +1,7 @@
-"""MLM batches: a dataset over the stored rows and a masking collator with an exact mask count per row."""
+"""MLM batches: a dataset over the stored rows, a masking collator with an exact mask count per row, and the
+masked positions' view of a batch: a loss beside the model's (importance sampling, distillation, Sophia's
+sampled labels, z-loss, validation accuracy) lines its labels and logits up the same way, whether the model
+predicted every position (B, T) or, with sparse prediction, only the masked ones (B, k)."""
 
 import numpy as np
 import torch
@@ -98,3 +101,17 @@ def synthetic_mlm_batch(batch_size: int, seq_length: int, vocab_size: int, mlm_r
     rng = np.random.default_rng(seed)
     rows = rng.integers(len(SPECIAL_TOKENS), vocab_size, size=(batch_size, seq_length), dtype=np.int64)
     return MLMCollator(vocab_size, mlm_rate, seed).masked_batch(rows, rng)
+
+
+def labels_at_logits(batch: dict, logits: torch.Tensor) -> torch.Tensor:
+    """The labels at the positions the logits are for: (B, k) on the sparse-prediction path, else (B, T)."""
+    labels = batch["labels"]  # (B, T)
+    return labels if logits.size(1) == labels.size(1) else labels.gather(1, batch["masked_positions"])
+
+
+def logits_at_masks(batch: dict, logits: torch.Tensor) -> torch.Tensor:
+    """The logits at the masked positions, (B, k, V), from either path's."""
+    positions = batch["masked_positions"]  # (B, k)
+    if logits.size(1) == positions.size(1):
+        return logits
+    return logits.gather(1, positions[:, :, None].expand(-1, -1, logits.size(-1)))  # (B, T, V) -> (B, k, V)

@@ -25,13 +25,12 @@ from tokenizers import Tokenizer
 
 from cramming.data import store
 from cramming.data.config import DataConfig
-from cramming.data.checks import check_data_config
 from cramming.data.filters import DocumentFilter, median_tokens_per_char, trash_cutoff
 from cramming.data.mixture import Mixture
 from cramming.data.ordering import row_order, sentence_end_ids
 from cramming.data.packing import RowWriter, TextBatch, documents_to_stream
-from cramming.data.progress import PreparationProgress
 from cramming.data.pretrained_tokenizer import pretrained_tokenizer, tokenizer_sha256
+from cramming.data.progress import PreparationProgress
 from cramming.data.sources import Document, Source
 from cramming.data.tokenizer import SEP_ID, train_tokenizer
 from cramming.errors import CrammingError
@@ -50,7 +49,9 @@ def prepare_dataset(cfg: DataConfig, cache_dir: str, verify: bool = True) -> tup
     reuses it (verify=False skips them, for a process whose peer has just checked). A damaged one is
     rebuilt, and the log says so in one line.
     """
-    check_data_config(cfg)
+    if OmegaConf.is_config(cfg):
+        cfg = OmegaConf.to_object(cfg)
+    cfg.check()
     source = Source.from_config(cfg)
     fingerprint, pretrained = source.fingerprint(), None
     if cfg.tokenizer.kind == "pretrained":  # its files are part of what the dataset is made of

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from typing import ClassVar
 
 from cramming.data.config import DataConfig
-from cramming.errors import CrammingError
+from cramming.errors import CrammingError, require
 
 Document = list[str]
 
@@ -23,6 +23,8 @@ class Source(ABC):
     """A resolved data source: its documents, its size when known up front, and a fingerprint for the cache key."""
 
     kind: ClassVar[str]
+    reads_revision: ClassVar[bool] = False  # data.hub_revision (hub datasets)
+    reads_sources: ClassVar[bool] = False  # data.sources (mixtures)
 
     def __init__(self, cfg: DataConfig):
         self.cfg = cfg
@@ -35,13 +37,26 @@ class Source(ABC):
     @classmethod
     def from_config(cls, cfg: DataConfig) -> "Source":
         """The source `cfg` names (data=mixture: a cramming.data.mixture.Mixture), its settings checked."""
-        if cfg.source not in KINDS:
-            raise CrammingError(f"data.source={cfg.source!r} is unknown; choose one of {', '.join(sorted(KINDS))}")
-        if cfg.sample_by not in SAMPLE_BY:
-            raise CrammingError(f"data.sample_by={cfg.sample_by!r} is unknown; choose one of {', '.join(SAMPLE_BY)}")
-        if cfg.sources and cfg.source != "mixture":
-            raise CrammingError(f"data.sources is set but data.source={cfg.source}: mixtures need data=mixture")
+        cls.check_config(cfg)
         return KINDS[cfg.source].build(cfg)
+
+    @staticmethod
+    def check_config(cfg: DataConfig) -> None:
+        """The source settings of `cfg`, checked by the kind of source it names: one line naming the first bad one."""
+        require([(cfg.source in KINDS, f"data.source={cfg.source!r} is unknown; choose one of {', '.join(sorted(KINDS))}"),
+                 (cfg.sample_by in SAMPLE_BY,
+                  f"data.sample_by={cfg.sample_by!r} is unknown; choose one of {', '.join(SAMPLE_BY)}")])
+        KINDS[cfg.source].check(cfg)
+
+    @classmethod
+    def check(cls, cfg: DataConfig) -> None:
+        """This kind's settings, before any text is read: a kind adds the rules of the keys it reads."""
+        require([
+            (cls.reads_revision or cfg.hub_revision is None,
+             f"data.hub_revision={cfg.hub_revision} is read only with data.source=hub (here data.source={cfg.source})"),
+            (cls.reads_sources or not cfg.sources,
+             f"data.sources is set but data.source={cfg.source}: mixtures need data=mixture"),
+        ])
 
     @classmethod
     @abstractmethod

@@ -14,7 +14,7 @@ from cramming.eval import metrics
 from cramming.eval.batching import EncodedSplit, collate, evaluation_batches, training_batches
 from cramming.eval.config import GlueConfig
 from cramming.eval.tasks.base import DataMissing
-from cramming.gradient_step import apply_update, backward
+from cramming.gradient_step import Step, StepState
 from cramming.runtime import Precision, build_optimizer, lr_multiplier
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,11 @@ def finetune(
     total_steps = cfg.epochs * math.ceil(len(train) / cfg.batch_size)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_multiplier("cosine", step / total_steps, cfg.warmup_fraction))
-    scaler = precision.grad_scaler()
     generator = torch.Generator().manual_seed(seed)
+    # the training step every trainer runs (cramming.gradient_step), with the GLUE protocol's plain AdamW: no
+    # clipping and no skip
+    step = Step(classifier, optimizer, precision.grad_scaler(), precision, iter(()), judge=None)
+    state = StepState(model=classifier, device=device)
 
     history = []
     for epoch in range(1, cfg.epochs + 1):
@@ -51,12 +54,11 @@ def finetune(
         classifier.train()
         loss_sum = torch.zeros((), device=device)
         batches = training_batches(train, cfg.batch_size, generator, cfg.length_bucketing)
-        for indices in batches:
-            batch = _to_device(collate(train, indices, pad_id), device)
-            loss = backward(classifier, batch, precision, scaler)
-            apply_update(optimizer, scaler)  # no clipping and no skip: the GLUE protocol's plain AdamW
+        step.batches = (collate(train, indices, pad_id) for indices in batches)
+        for _ in batches:
+            step.run(state)
             scheduler.step()
-            loss_sum += loss.float()
+            loss_sum += state.step_loss.float()
         train_loss = (loss_sum / len(batches)).item()
         scores = {
             name: evaluate(classifier, split, name, score, cfg.eval_batch_size, device, precision, pad_id)

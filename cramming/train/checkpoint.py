@@ -8,6 +8,7 @@ ever unpickled.
 
 import copy
 import dataclasses
+import json
 import logging
 import os
 import pickle
@@ -21,13 +22,13 @@ from torch import nn
 
 from cramming.data.config import DataConfig
 from cramming.errors import CrammingError
-from cramming.model.config import ModelConfig
+from cramming.files import write_atomically
 from cramming.model.checkpoint import load_weights, non_finite, read_weights, save_pretrained
-from cramming.runs import FINAL, STATE_FILE, step_name
-from cramming.train.callbacks import Callback, CallbackList
-from cramming.train.compare import differences, flatten
+from cramming.model.config import ModelConfig
+from cramming.runs import FINAL, STATE_FILE, differences, flatten, step_name
+from cramming.train.callbacks import Callback, CallbackList, Progress, TrainState
 from cramming.train.config import TrainConfig
-from cramming.train.state import Progress, TrainState
+from cramming.train.techniques import optimizer_state_parts
 
 log = logging.getLogger("pretrain")
 RESUME_MUST_MATCH = ("arch", "data", "train")
@@ -84,12 +85,9 @@ def load_state(checkpoint: Path) -> dict:
 
 
 def finite_optimizer_state(optimizer_state: dict) -> bool:
-    # torchao's CPUOffloadOptimizer nests one state dict per offloaded parameter, plus one for those on the device
-    nested = [*optimizer_state.get("offloaded", []), *filter(None, [optimizer_state.get("on-device")])]
-    if nested or "state" not in optimizer_state:
-        return all(finite_optimizer_state(inner) for inner in nested)
+    """No NaN or inf in any moment, whatever layout the optimizer (or a technique's wrapper of it) keeps."""
     return not any(non_finite({name: _plain(value) for name, value in moments.items() if torch.is_tensor(value)})
-                   for moments in optimizer_state["state"].values())
+                   for part in optimizer_state_parts(optimizer_state) for moments in part.get("state", {}).values())
 
 
 def _plain(value: torch.Tensor) -> torch.Tensor:
@@ -242,3 +240,50 @@ class Checkpointer(Callback):
 
 class NonFiniteWeightsError(CrammingError):
     """Training ended with weights that are not finite: no final checkpoint is written."""
+
+
+log = logging.getLogger("pretrain")
+HEARTBEAT_FILE = "heartbeat.json"
+HEARTBEAT_INTERVAL_S = 10.0
+
+
+class Heartbeat(Callback):
+    """Rank 0 writes {"elapsed", "step"} at most every `interval_s` seconds of the budget clock (checked at
+    every microbatch, so a long accumulation step is covered too)."""
+
+    name = "heartbeat"
+
+    def __init__(self, run_dir: Path, interval_s: float | None = None):
+        self.path, self.written_at = run_dir / HEARTBEAT_FILE, float("-inf")
+        self.interval_s = HEARTBEAT_INTERVAL_S if interval_s is None else interval_s
+
+    def on_train_start(self, state: TrainState) -> None:
+        self._beat(state)
+
+    def after_forward(self, state: TrainState, batch: dict, loss: torch.Tensor, output) -> torch.Tensor:
+        if state.clock.elapsed - self.written_at >= self.interval_s:
+            self._beat(state)
+        return loss
+
+    def on_train_end(self, state: TrainState, reason: str) -> None:
+        self._beat(state)
+
+    def _beat(self, state: TrainState) -> None:
+        self.written_at = state.clock.elapsed
+        write_atomically(self.path, json.dumps({"elapsed": round(self.written_at, 3), "step": state.progress.step}))
+
+
+def charge_lost_time(run_dir: Path, progress: Progress) -> float:
+    """On a resume into `run_dir`: charge the training its heartbeat shows beyond the checkpoint. Returns
+    the seconds charged (0 if none or no heartbeat)."""
+    path = run_dir / HEARTBEAT_FILE
+    try:
+        elapsed = float(json.loads(path.read_text())["elapsed"])
+    except (OSError, ValueError, KeyError, TypeError):  # none yet, or torn by a kill mid-write: nothing to charge
+        return 0.0
+    lost = max(elapsed - progress.elapsed, 0.0)
+    if lost > 0:
+        progress.elapsed += lost
+        progress.lost_to_crashes += lost
+        log.warning("resume: %.1f s of training after the checkpoint were lost; charged to the budget", lost)
+    return lost

@@ -1,41 +1,68 @@
-"""Typed schemas of the Hydra group `train` and of `pretrain.py`'s top level."""
+"""Typed schemas of the Hydra group `train` and of `pretrain.py`'s top level, each checking its own values
+(`check`; the top level checks what spans parts, then asks each part). The keys a training technique owns are
+declared in its file (cramming.train.techniques) and added here to the section they live in, so a new technique
+brings its keys, and its rules, without a line in this file."""
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from cramming.data.config import DataConfig
+from cramming.errors import require
 from cramming.eval.config import GlueConfig
-from cramming.model.config import ModelConfig
 from cramming.hardware import GpuProfile
-from cramming.train.techniques.distillation import DistillConfig
-from cramming.train.techniques.ema import EmaConfig
-from cramming.train.techniques.layer_drop import LayerDropConfig
-from cramming.train.techniques.sparsity import SparsityConfig
-from cramming.train.techniques.stacking import StackingConfig
+from cramming.model.config import ModelConfig, as_model_config
+from cramming.runtime import check_lr_schedule
+from cramming.train.techniques import check_techniques, settings_under
+
+WANDB_MODES = ("disabled", "offline", "online")
+
+
+def with_technique_settings(schema: type, section: str) -> type:
+    """`schema` with the settings the techniques own directly under `section` added as fields."""
+    fields = [setting.as_field() for setting in settings_under(section)]
+    combined = dataclasses.make_dataclass(schema.__name__, fields, bases=(schema,))
+    combined.__doc__, combined.__module__, combined.__qualname__ = schema.__doc__, schema.__module__, schema.__qualname__
+    return combined
 
 
 @dataclass
 class OptimConfig:
     """The optimizer (cramming.train.optimizers). A null hyperparameter takes the optimizer's default from
     configs/optim/<name>.yaml (adamw's are the crammed recipe's: lr 1e-3, betas (0.9, 0.98), eps 1e-12,
-    weight decay 0.01); one the optimizer does not read must stay null."""
+    weight decay 0.01); one the optimizer does not read must stay null. Techniques add their own keys here (and
+    the optimizers they bring)."""
 
-    name: str = "adamw"  # adamw | lamb | lion | sgd-nesterov | adafactor | muon | sophia | adamw8bit (CUDA)
+    name: str = "adamw"  # adamw | lamb | lion | sgd-nesterov | adafactor | muon | adamw8bit (CUDA) | sophia | ...
     lr: Optional[float] = None
     betas: Optional[tuple[float, float]] = None
     eps: Optional[float] = None
     weight_decay: Optional[float] = None  # on matrices only: never norms, biases or scalars
     momentum: Optional[float] = None  # sgd-nesterov, muon
-    gamma: Optional[float] = None  # sophia: the scale of its Hessian-clipped update
-    hessian_every: Optional[int] = None  # sophia: steps between Hessian estimates
     decay_embeddings: bool = True  # false: no weight decay on embedding tables either
     grad_clip: Optional[float] = 0.5  # max global gradient norm; null disables
-    # > 0: sharpness-aware minimization around the optimizer (cramming.train.techniques.sam): each step's gradient is
-    # taken again at the weights moved by sam_rho along the normalized gradient; two passes per step
-    sam_rho: float = 0.0
+
+    def check(self) -> None:
+        """After the optimizer's defaults are filled in (cramming.train.optimizers.resolve_optim)."""
+        # betas, eps and momentum are null where the optimizer does not read them
+        require([
+            (math.isfinite(self.lr) and self.lr > 0, f"train.optim.lr={self.lr} must be positive and finite"),
+            (self.betas is None or (len(self.betas) == 2 and all(0 <= beta < 1 for beta in self.betas)),
+             f"train.optim.betas={list(self.betas or [])} must be two numbers in [0, 1)"),
+            (self.eps is None or self.eps > 0, f"train.optim.eps={self.eps} must be positive"),
+            (self.momentum is None or 0 <= self.momentum < 1,
+             f"train.optim.momentum={self.momentum} must be in [0, 1)"),
+            (self.weight_decay >= 0, f"train.optim.weight_decay={self.weight_decay} must not be negative"),
+            (self.grad_clip is None or self.grad_clip > 0,
+             f"train.optim.grad_clip={self.grad_clip} must be positive (or null: no clipping)"),
+        ])
+
+
+OptimConfig = with_technique_settings(OptimConfig, "train.optim")
 
 
 @dataclass
@@ -47,6 +74,21 @@ class ValidationConfig:
     # at or after this fraction of training is above early_stop_loss. Both set, or neither.
     early_stop_fraction: Optional[float] = None
     early_stop_loss: Optional[float] = None
+
+    def check(self) -> None:
+        fraction, loss, fractions = self.early_stop_fraction, self.early_stop_loss, list(self.fractions)
+        require([
+            (all(0 < f < 1 for f in fractions),
+             f"train.validation.fractions={fractions} must each be in (0, 1) (the end is always validated)"),
+            ((fraction is None) == (loss is None),
+             "train.validation.early_stop_fraction and train.validation.early_stop_loss go together: set both or "
+             "neither"),
+            (fraction is None or fraction in fractions,
+             f"train.validation.early_stop_fraction={fraction} must be one of train.validation.fractions={fractions} "
+             "(the check runs at a validation)"),
+            (loss is None or (math.isfinite(loss) and loss > 0),
+             f"train.validation.early_stop_loss={loss} must be positive and finite"),
+        ])
 
 
 @dataclass
@@ -70,14 +112,29 @@ class TrainConfig:
     # the ranks' agreed clock and stop requests (cramming.train.stopping); each read waits for the GPU
     check_nonfinite_every: int = 10
     validation: ValidationConfig = field(default_factory=ValidationConfig)
-    # sequential: the prepared data order | importance: rows drawn by their last-seen loss, importance-
-    # weighted (cramming.train.techniques.importance_sampling)
-    sampling: str = "sequential"
-    layer_drop: LayerDropConfig = field(default_factory=LayerDropConfig)
-    stacking: StackingConfig = field(default_factory=StackingConfig)
-    distill: DistillConfig = field(default_factory=DistillConfig)
-    sparsity: SparsityConfig = field(default_factory=SparsityConfig)
-    ema: EmaConfig = field(default_factory=EmaConfig)
+
+    def check(self) -> None:
+        """Its own values and its parts' (the optimizer, validation); the techniques' are theirs."""
+        require([
+            (self.progress in ("budget", "steps"), f"train.progress={self.progress!r} must be budget or steps"),
+            (self.progress != "steps" or self.max_steps, "train.progress=steps needs train.max_steps"),
+            (self.max_steps is None or self.max_steps >= 1, f"train.max_steps={self.max_steps} must be positive"),
+        ])
+        self.optim.check()
+        require([
+            (0 <= self.warmup_fraction < 1, f"train.warmup_fraction={self.warmup_fraction} must be in [0, 1)"),
+            (self.batch_size >= 1, f"train.batch_size={self.batch_size} must be at least 1"),
+            (0 <= self.batch_ramp_fraction <= 1,
+             f"train.batch_ramp_fraction={self.batch_ramp_fraction} must be in [0, 1]"),
+            (self.max_nonfinite_steps >= 1, f"train.max_nonfinite_steps={self.max_nonfinite_steps} must be at least 1"),
+            (self.check_nonfinite_every >= 1,
+             f"train.check_nonfinite_every={self.check_nonfinite_every} must be at least 1"),
+        ])
+        self.validation.check()
+        check_lr_schedule(self.lr_schedule)
+
+
+TrainConfig = with_technique_settings(TrainConfig, "train")
 
 
 @dataclass
@@ -87,6 +144,15 @@ class CheckpointConfig:
     # progress fractions after which a checkpoint `at-<f>-step-<n>` is written and never pruned (e.g. the
     # early weights a lottery ticket rewinds to: train.sparsity.rewind)
     keep_at: list[float] = field(default_factory=list)
+
+    def check(self) -> None:
+        require([
+            (math.isfinite(self.interval_minutes) and self.interval_minutes > 0,
+             f"checkpoint.interval_minutes={self.interval_minutes} must be positive"),
+            (self.keep_last >= 0, f"checkpoint.keep_last={self.keep_last} must not be negative"),
+            (all(0 <= f < 1 for f in self.keep_at),
+             f"checkpoint.keep_at={list(self.keep_at)} must hold progress fractions in [0, 1)"),
+        ])
 
 
 @dataclass
@@ -98,6 +164,14 @@ class LoggingConfig:
     # console: auto (a progress bar on a terminal, plain lines otherwise) | bar | lines; the log file
     # always gets the lines
     progress: str = "auto"
+
+    def check(self) -> None:
+        require([
+            (self.every_steps >= 1, f"logging.every_steps={self.every_steps} must be at least 1"),
+            (0 < self.every_fraction <= 1, f"logging.every_fraction={self.every_fraction} must be in (0, 1]"),
+            (self.progress in ("auto", "bar", "lines"),
+             f"logging.progress={self.progress!r} must be auto, bar or lines"),
+        ])
 
 
 @dataclass
@@ -113,15 +187,17 @@ class ImplConfig:
     # true: two runs on the same machine are bit-identical (deterministic kernels, cuBLAS workspace, the math
     # attention backend); needs train.progress=steps. Slower: see docs/training.md
     deterministic: bool = False
-    # true: each layer's activations are recomputed in the backward pass instead of kept (less memory, about a
-    # third more compute; the GPU microbatch search then finds a larger microbatch)
-    activation_checkpointing: bool = False
-    # true: the encoder layers' Linear layers compute in float8 (torchao; cramming.train.low_precision); needs
-    # an NVIDIA GPU of compute capability 8.9+ (Ada, Hopper) and compile; anywhere else a one-line error
-    fp8: bool = False
-    # true: optimizer state and master weights in CPU memory, the update on the CPU (torchao's
-    # CPUOffloadOptimizer; one GPU, not fp16); a no-op with a notice on a CPU-only run
-    offload_optimizer: bool = False
+
+    def check(self) -> None:
+        require([
+            (self.microbatch_size is None or self.microbatch_size >= 1,
+             f"impl.microbatch_size={self.microbatch_size} must be positive (or null: automatic)"),
+            (self.num_workers is None or self.num_workers >= 0,
+             f"impl.num_workers={self.num_workers} must not be negative"),
+        ])
+
+
+ImplConfig = with_technique_settings(ImplConfig, "impl")
 
 
 @dataclass
@@ -131,6 +207,10 @@ class WandbConfig:
     mode: str = "disabled"
     project: str = "cramming"
     entity: Optional[str] = None  # null: the account's default entity
+
+    def check(self) -> None:
+        """Rejected before any work is done, not after data preparation."""
+        require([(self.mode in WANDB_MODES, f"wandb.mode={self.mode!r} must be one of {', '.join(WANDB_MODES)}")])
 
 
 @dataclass
@@ -152,6 +232,39 @@ class PretrainConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     wandb: WandbConfig = MISSING
     eval: Optional[GlueConfig] = None  # eval=glue: fine-tune and score on GLUE after pretraining (outside the budget)
+
+    def check(self) -> None:
+        """What spans parts, each part's own values, then the techniques': one line naming the first problem."""
+        arch = as_model_config(self.arch)
+        self.data.check()
+        train, masked = self.train, round(self.train.mlm_rate * self.data.seq_length)
+        require([(math.isfinite(self.budget) and self.budget > 0,
+                  f"budget={self.budget} must be a positive number (GPU-hours)")])
+        train.check()
+        self.impl.check()
+        rule = train.validation
+        require([
+            (not self.impl.deterministic or train.progress == "steps",
+             "impl.deterministic=true needs train.progress=steps (e.g. train=steps): a budget-driven schedule follows "
+             "the wall clock, which no two runs share"),
+            (0 < train.mlm_rate < 1 and 1 <= masked < self.data.seq_length,
+             f"train.mlm_rate={train.mlm_rate} must mask 1 to {self.data.seq_length - 1} of {self.data.seq_length} "
+             "tokens"),
+            (self.data.seq_length <= arch.max_position_embeddings,
+             f"data.seq_length={self.data.seq_length} exceeds arch.max_position_embeddings="
+             f"{arch.max_position_embeddings}"),
+            (rule.early_stop_fraction is None or self.data.validation_rows > 0,
+             "train.validation.early_stop_* needs a validation slice: data.validation_rows is 0"),
+        ])
+        self.checkpoint.check()
+        self.logging.check()
+        check_techniques(self)
+        self.wandb.check()
+
+
+def check_pretrain_config(cfg) -> None:
+    """Every value of a composed pretraining config in its domain, before any data is prepared."""
+    (cfg if isinstance(cfg, PretrainConfig) else OmegaConf.to_object(cfg)).check()
 
 
 ConfigStore.instance().store(group="train", name="schema", node=TrainConfig)

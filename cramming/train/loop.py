@@ -1,12 +1,16 @@
 """The training loop: pick the step's lr and batch for the current progress, run it, let the components
-act, until the stopping rule says so. Everything else (logging, checkpoints, techniques) is a callback."""
+act, until the stopping rule says so. Everything else (logging, checkpoints, techniques) is a callback.
+
+The step is the one every user of a training step runs (cramming.gradient_step.Step); pretraining gives it
+its stream of microbatches, its callbacks, the ranks, and the two functions below."""
 
 from dataclasses import dataclass
 
+import torch
+
+from cramming.gradient_step import Step
 from cramming.runtime import accumulation_steps, lr_multiplier, set_lr
-from cramming.train.callbacks import CallbackList
-from cramming.train.state import TrainState
-from cramming.train.step import TrainStep
+from cramming.train.callbacks import CallbackList, TrainState
 from cramming.train.stopping import LocalAgreement
 
 
@@ -27,7 +31,18 @@ class Schedule:
                                   train.batch_ramp_fraction)
 
 
-def run_loop(state: TrainState, step: TrainStep, agreement: LocalAgreement, schedule: Schedule,
+def counted_finite(state: TrainState, loss_finite: torch.Tensor, gradient_finite: torch.Tensor) -> torch.Tensor:
+    """Pretraining's judge of a step: skip it when its loss or gradient norm is not finite, and count it on the
+    device, without a host sync (cramming.train.nonfinite)."""
+    return state.nonfinite.observe(loss_finite, gradient_finite, state.progress.step + 1)
+
+
+def count_microbatch(state: TrainState) -> None:
+    """The position in the data stream (which a simulated budget clock reads), after each microbatch."""
+    state.progress.microbatches += 1
+
+
+def run_loop(state: TrainState, step: Step, agreement: LocalAgreement, schedule: Schedule,
              callbacks: CallbackList, tokens_per_microbatch: int) -> str:
     """Train until the budget, max_steps or a signal; returns which ("budget", "max_steps", "interrupted").
     Every decision ranks must share comes from the agreement (cramming.train.stopping), so ranks step alike."""
@@ -39,7 +54,7 @@ def run_loop(state: TrainState, step: TrainStep, agreement: LocalAgreement, sche
         state.lr, state.accumulate = schedule.lr(state.fraction), schedule.accumulate(state.fraction)
         set_lr(state.optimizer, state.lr)
         callbacks.before_step(state)
-        step.run(state)
+        step.run(state, state.clock.paused_seconds)
         if state.nonfinite.due(progress.step + 1):  # may stop a diverged run (cramming.train.nonfinite)
             state.nonfinite.settle(progress, progress.step + 1)
         progress.step += 1

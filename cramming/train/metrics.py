@@ -1,24 +1,31 @@
-"""What a run shows: one console line and one metrics.jsonl record every `logging.every_steps` steps.
-
-Each record also carries the hardware telemetry of its interval (see telemetry.py) and goes to W&B.
+"""What a run shows while it trains: one console line and one metrics.jsonl record every `logging.every_steps`
+steps, each with the hardware telemetry of its interval (telemetry.py); a progress bar on a terminal; and Weights &
+Biases (rank 0: the resolved config, every record, GLUE and the summary). `wandb=disabled` (the default) never
+imports wandb; `wandb=offline` needs no account and writes the W&B run inside the run directory (<run>/wandb), to
+upload later with `wandb sync`.
 """
 
+import hashlib
 import json
 import logging
 import math
+import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
+from tqdm import tqdm
 
+from cramming.errors import CrammingError
 from cramming.files import write_atomically
 from cramming.hardware import model_flops_utilization
-from cramming.train.callbacks import Callback
-from cramming.train.state import TrainState
+from cramming.train.callbacks import Callback, TrainState
+from cramming.train.stopping import StoppingRule
 from cramming.train.summary import read_records
 from cramming.train.telemetry import TelemetrySampler
-from cramming.train.wandb_logger import WandbLogger
 
 log = logging.getLogger("pretrain")
 
@@ -52,6 +59,45 @@ class StepFacts:
     telemetry: dict
     validation: dict | None = None
     planned_batch_size: int | None = None  # set when the budget ran out mid-step and the step took fewer sequences
+
+
+class WandbLogger:
+    def __init__(self, cfg, run_dir: Path):
+        mode = cfg.wandb.mode
+        self.run = None
+        if mode == "disabled":
+            return
+        import wandb
+
+        try:
+            self.run = wandb.init(
+                project=cfg.wandb.project,
+                entity=cfg.wandb.entity,
+                mode=mode,
+                dir=run_dir,
+                name=f"{cfg.name}/{run_dir.name}",
+                id=hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:16],  # a resume continues it
+                resume="allow",
+                config=OmegaConf.to_container(cfg, resolve=True),
+            )
+        except wandb.errors.Error as error:  # no API key, no network, no such entity
+            raise CrammingError(
+                f"wandb={mode}: W&B did not start ({error}); run `wandb login`, or use wandb=offline"
+            ) from None
+
+    def log(self, record: dict) -> None:
+        if self.run is not None:
+            self.run.log({key: value for key, value in record.items() if value is not None and key != "step"},
+                         step=record["step"])
+
+    def summary(self, values: dict, prefix: str = "") -> None:
+        """Add run-level results (the run summary, GLUE scores) to the W&B run's summary."""
+        if self.run is not None:
+            self.run.summary.update({f"{prefix}{key}": value for key, value in values.items() if value is not None})
+
+    def finish(self, failed: bool) -> None:
+        if self.run is not None:
+            self.run.finish(exit_code=1 if failed else 0)
 
 
 class MetricsLog:
@@ -225,3 +271,57 @@ class MetricsLogger(Callback):
         sums = state["sums"] if "sums" in state else [state["loss_sum"], 0.0, 0.0]
         self.sums.copy_(torch.tensor([*sums, state["steps"]]))
         self.pending = state["steps"]
+
+
+RESOLUTION = 1000  # bar positions: per mille of training
+
+
+def use_bar(mode: str, stream=None) -> bool:
+    """logging.progress: bar, lines, or auto (a bar when the console is a terminal)."""
+    stream = stream or sys.stderr
+    return mode == "bar" or (mode == "auto" and stream.isatty())
+
+
+class ProgressBar(Callback):
+    """Rank 0's bar at the bottom of the terminal; the metrics lines are printed above it."""
+
+    name = "progress_bar"
+
+    def __init__(self, logger: MetricsLogger, stopping: StoppingRule, stream=None):
+        self.logger, self.stopping, self.stream = logger, stopping, stream or sys.stderr
+        self.bar: tqdm | None = None
+
+    def on_train_start(self, state: TrainState) -> None:
+        # A terminal that reports no size (a pseudo-terminal opened without one) would get a bar of zero
+        # columns and rows, which tqdm draws as nothing: give it 100 x 20.
+        size = {} if shutil.get_terminal_size((0, 0)).columns > 0 else {"ncols": 100, "nrows": 20}
+        self.bar = tqdm(total=RESOLUTION, file=self.stream, dynamic_ncols=not size, leave=True,
+                        bar_format="training {percentage:3.0f}%|{bar}| {desc}", **size)
+        self._update(state)
+
+    def after_step(self, state: TrainState) -> None:
+        self._update(state)
+
+    def on_train_end(self, state: TrainState, reason: str) -> None:
+        self._update(state)
+        self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def _update(self, state: TrainState) -> None:
+        if self.bar is None:
+            return
+        self.bar.n = round(RESOLUTION * self.stopping.fraction(state.progress.step))
+        record = self.logger.last_record or {}
+        shown = [f"step {state.progress.step}", f"{format_duration(state.clock.remaining)} left"]
+        if "loss" in record:
+            shown.append(f"loss {record['loss']:.4f}")
+        if record.get("tokens_per_s"):
+            shown.append(f"{record['tokens_per_s']:,.0f} tok/s")
+        if record.get("mfu") is not None:
+            shown.append(f"MFU {100 * record['mfu']:.1f}%")
+        self.bar.set_description_str(" | ".join(shown), refresh=False)
+        self.bar.refresh()

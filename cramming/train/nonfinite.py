@@ -1,19 +1,21 @@
-"""Non-finite steps counted on the device and read by the host every few steps.
+"""Non-finite steps counted on the device and read by the host every few steps, and what a diverged run tells
+its user: the setting that likely caused it, and where to go on from.
 
 Reading a step's flag as a Python bool makes the host wait for the GPU at every step, which then idles while
 Python launches the next step's kernels (issue 25). So the step only adds its flag to counters on the device;
 `settle` reads them (one host sync) every `train.check_nonfinite_every` steps, before a metrics record or a
 checkpoint, and at the end. A diverged run therefore stops at the first read after its limit was reached; the
 error still names the step where it was reached, and the updates of the skipped steps in between were never
-applied (the optimizer skips them on the device: cramming.train.step).
+applied (the optimizer skips them on the device: cramming.gradient_step).
 """
 
 import logging
+from pathlib import Path
 
 import torch
 
 from cramming.errors import CrammingError
-from cramming.train.state import Progress
+from cramming.train.callbacks import Progress
 
 log = logging.getLogger("pretrain")
 LOSS, GRADIENT, IN_A_ROW, LIMIT_AT = range(4)  # the counters' slots
@@ -77,3 +79,20 @@ def _skipped_message(first: int, last: int, loss: int, gradient: int, in_a_row: 
     causes = ", ".join(f"{cause}: {count}" for cause, count in (("loss", loss), ("gradient norm", gradient)) if count)
     skipped = f"{loss + gradient} non-finite step{'s' if loss + gradient > 1 else ''}"
     return f"steps {first}-{last}: {skipped} skipped ({causes}), {in_a_row} in a row at step {last}"
+
+
+SUSPECT_INIT_STD = 0.2  # ten times the recipe's N(0, 0.02): the logits overflow within the first steps
+RECIPE_INIT_STD = 0.02
+
+
+def resume_advice(last_good: Path | None, cfg) -> str:
+    """An init far above the recipe's is blamed first (a lower lr cannot save it); otherwise the learning
+    rate: from the last good checkpoint with a lower one, or from the start."""
+    init_std = getattr(cfg.arch, "init_std", None)
+    if init_std is not None and init_std >= SUSPECT_INIT_STD:
+        return (f"arch.init_std={init_std:g} is far above the recipe's {RECIPE_INIT_STD} and the likely cause: "
+                "start again with a smaller arch.init_std")
+    if last_good is None:
+        return "no checkpoint was written before it diverged: start again with a lower train.optim.lr"
+    return (f"the last good checkpoint is {last_good}; to go on from it with a lower learning rate, run the same "
+            f"command with resume={last_good} train.optim.lr=<lower>")

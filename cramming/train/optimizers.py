@@ -3,9 +3,8 @@
 Every `train.optim` hyperparameter left null takes the chosen optimizer's default; one it does not use is
 an error rather than silently ignored. Weight decay falls on matrices only for all of them
 (cramming.runtime.parameter_groups). Implementations come from torch.optim where it has them and from
-pytorch-optimizer (LAMB, Lion, Muon with its AdamW groups) otherwise, SophiaG written here
-(cramming.train.techniques.sophia), and torchao's AdamW8bit (CUDA only: cramming.train.techniques refuses it
-elsewhere); docs/ablations.md says what each does.
+pytorch-optimizer (LAMB, Lion, Muon with its AdamW groups) otherwise, and torchao's AdamW8bit (CUDA only);
+a technique may bring more (its `optimizers`: Sophia's). docs/ablations.md says what each does.
 """
 
 from dataclasses import dataclass
@@ -17,16 +16,22 @@ from torch import nn
 
 from cramming import CONFIG_DIR
 from cramming.errors import CrammingError
+from cramming.model.crammed_bert import encoder_matrices
 from cramming.runtime import build_optimizer, parameter_groups
-from cramming.train.encoder import encoder_matrices
-
-HYPERPARAMETERS = ("lr", "betas", "eps", "weight_decay", "momentum", "gamma", "hessian_every")
 
 
 @dataclass(frozen=True)
 class Optimizer:
     keys: tuple[str, ...]  # the hyperparameters it reads, all in configs/optim/<name>.yaml
     build: Callable[[nn.Module, Any], torch.optim.Optimizer]  # (model, resolved train.optim)
+    cuda_only: str | None = None  # what needs CUDA, for the error elsewhere (None: runs anywhere)
+    speed_notice: str | None = None  # on a GPU: where it is measured slower than the default
+    uses_torchao_kernels: bool = False  # on a GPU, its speed depends on torchao's compiled kernels
+
+    def check_on_device(self, name: str, device: torch.device) -> None:
+        if self.cuda_only and device.type != "cuda":
+            raise CrammingError(f"train.optim.name={name} ({self.cuda_only}) needs a CUDA GPU; this run is on "
+                                f"{device.type}: use train.optim.name=adamw")
 
 
 def _adamw(model, optim):
@@ -34,28 +39,29 @@ def _adamw(model, optim):
                            decay_embeddings=optim.decay_embeddings)
 
 
-def _groups(model, optim) -> list[dict]:
+def optimizer_groups(model, optim) -> list[dict]:
+    """The parameter groups every optimizer here takes: weight decay on matrices only."""
     return parameter_groups(model, optim.weight_decay, optim.decay_embeddings)
 
 
 def _lamb(model, optim):
     from pytorch_optimizer import Lamb
 
-    return Lamb(_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps)
+    return Lamb(optimizer_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps)
 
 
 def _lion(model, optim):
     from pytorch_optimizer import Lion
 
-    return Lion(_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas))
+    return Lion(optimizer_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas))
 
 
 def _sgd_nesterov(model, optim):
-    return torch.optim.SGD(_groups(model, optim), lr=optim.lr, momentum=optim.momentum, nesterov=True)
+    return torch.optim.SGD(optimizer_groups(model, optim), lr=optim.lr, momentum=optim.momentum, nesterov=True)
 
 
 def _adafactor(model, optim):
-    return torch.optim.Adafactor(_groups(model, optim), lr=optim.lr)
+    return torch.optim.Adafactor(optimizer_groups(model, optim), lr=optim.lr)
 
 
 def _muon(model, optim):
@@ -64,7 +70,7 @@ def _muon(model, optim):
 
     hidden = {id(p) for p in encoder_matrices(model).values()}
     groups = []
-    for group in _groups(model, optim):
+    for group in optimizer_groups(model, optim):
         for use_muon in (True, False):
             params = [p for p in group["params"] if (id(p) in hidden) == use_muon]
             if params:
@@ -73,48 +79,52 @@ def _muon(model, optim):
                 adamw_betas=tuple(optim.betas), adamw_eps=optim.eps)
 
 
-def _sophia(model, optim):
-    """SophiaG; its Hessian estimates come from its technique (cramming.train.techniques.sophia)."""
-    from cramming.train.techniques.sophia import SophiaG
-
-    return SophiaG(_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas), gamma=optim.gamma,
-                   weight_decay=optim.weight_decay)
-
-
 def _adamw8bit(model, optim):
     """torchao's AdamW with block-wise 8-bit moments (Dettmers et al. 2022): 2 bytes of state per parameter
     instead of 8. Matrices of 4096 or more values (a multiple of the 256-value block) get 8-bit states, the rest
     fp32. Its learning rate is a tensor in each group (cramming.runtime.set_lr fills it in place)."""
     from torchao.optim import AdamW8bit
 
-    return AdamW8bit(_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps,
+    return AdamW8bit(optimizer_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps,
                      weight_decay=optim.weight_decay)
 
 
-OPTIMIZERS = {
+BUILT_IN = {
     "adamw": Optimizer(("lr", "betas", "eps", "weight_decay"), _adamw),
     "lamb": Optimizer(("lr", "betas", "eps", "weight_decay"), _lamb),
     "lion": Optimizer(("lr", "betas", "weight_decay"), _lion),
     "sgd-nesterov": Optimizer(("lr", "momentum", "weight_decay"), _sgd_nesterov),
     "adafactor": Optimizer(("lr", "weight_decay"), _adafactor),
     "muon": Optimizer(("lr", "momentum", "betas", "eps", "weight_decay"), _muon),
-    "sophia": Optimizer(("lr", "betas", "weight_decay", "gamma", "hessian_every"), _sophia),
-    "adamw8bit": Optimizer(("lr", "betas", "eps", "weight_decay"), _adamw8bit),
+    "adamw8bit": Optimizer(
+        ("lr", "betas", "eps", "weight_decay"), _adamw8bit, cuda_only="torchao's 8-bit AdamW states",
+        uses_torchao_kernels=True,
+        speed_notice="train.optim.name=adamw8bit saves optimizer memory, not time: torchao compiles its update "
+                     "once per parameter shape at the first step, inside the budget (on an H100 40 steps of "
+                     "crammed-bert did not finish in 120 s; docs/ablations.md)"),
 }
 
 
+def optimizers() -> dict[str, Optimizer]:
+    """Every `train.optim.name` choice: the built-in ones and those the techniques bring."""
+    from cramming.train.techniques import TECHNIQUES
+
+    return {**BUILT_IN, **{name: entry for technique in TECHNIQUES for name, entry in technique.optimizers.items()}}
+
+
 def optimizer_defaults(name: str) -> dict:
-    if name not in OPTIMIZERS:
-        raise CrammingError(f"train.optim.name={name!r} is unknown; choose one of {', '.join(OPTIMIZERS)}")
+    if name not in optimizers():
+        raise CrammingError(f"train.optim.name={name!r} is unknown; choose one of {', '.join(optimizers())}")
     return OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "optim" / f"{name}.yaml"))
 
 
 def resolve_optim(cfg) -> None:
     """Fill the null hyperparameters of cfg.train.optim with the chosen optimizer's defaults, in place (so the
     run's config.yaml records the values used); a set one the optimizer does not read is an error."""
-    optim = cfg.train.optim
-    spec, defaults = OPTIMIZERS.get(optim.name), optimizer_defaults(optim.name)
-    unused = [key for key in HYPERPARAMETERS if key not in spec.keys and optim[key] is not None]
+    optim, known = cfg.train.optim, optimizers()
+    spec, defaults = known.get(optim.name), optimizer_defaults(optim.name)
+    every_key = dict.fromkeys(key for entry in known.values() for key in entry.keys)  # in a stable order
+    unused = [key for key in every_key if key not in spec.keys and optim[key] is not None]
     if unused:
         raise CrammingError(f"train.optim.{unused[0]} is not used by train.optim.name={optim.name} "
                             f"(it reads {', '.join(spec.keys)})")
@@ -125,4 +135,4 @@ def resolve_optim(cfg) -> None:
 
 def build_pretraining_optimizer(model: nn.Module, optim) -> torch.optim.Optimizer:
     """The optimizer train.optim (resolved) describes, over the model's parameters."""
-    return OPTIMIZERS[optim.name].build(model, optim)
+    return optimizers()[optim.name].build(model, optim)

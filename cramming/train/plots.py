@@ -14,8 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
 from cramming.errors import CrammingError
-from cramming.train.callbacks import Callback
-from cramming.train.state import TrainState
+from cramming.train.callbacks import Callback, TrainState
 from cramming.train.summary import read_records
 
 PLOTS_DIR = "plots"

@@ -1,15 +1,126 @@
 """When training stops, and how far along it is (the progress f that drives the schedules), decided alike on
-every rank."""
+every rank: the budget clock (wall time spent training, carried across resumes), the signals that ask for a stop
+(Ctrl-C and SIGTERM: the first stops after the current step, with a checkpoint and one line saying how to
+resume; a second exits at once), the stopping rule, and how ranks agree on all of it."""
 
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
-from cramming.train.clock import BudgetClock
+from cramming.errors import CrammingError
+from cramming.train.callbacks import Progress
 from cramming.train.distributed import Distributed
-from cramming.train.interrupt import GracefulStop
-from cramming.train.state import Progress
+
+# Tests (and anyone reproducing a budget-driven run exactly) set this to a number of seconds: the clock then
+# reads simulated time on which every microbatch takes that long, so a run buys the same microbatches on any
+# machine at any load. Read here only; training itself is unchanged.
+SIMULATED_SECONDS_ENV = "CRAMMING_SIMULATED_MICROBATCH_SECONDS"
+
+
+class BudgetClock:
+    """Counts training wall time (compilation and checkpoint writes included) against a budget in seconds.
+
+    `elapsed_before` is the time spent by earlier runs of a resumed training. Measurement that is not
+    training (the validation curve) runs inside `paused()` and is counted in `paused_seconds` instead.
+    `time_source` gives the time in seconds (time.perf_counter; see `time_source`).
+    """
+
+    def __init__(self, budget_seconds: float, elapsed_before: float = 0.0,
+                 time_source: Callable[[], float] = time.perf_counter):
+        self.budget_seconds = budget_seconds
+        self.elapsed_before = elapsed_before
+        self.now = time_source
+        self.started = None
+        self.paused_seconds = 0.0  # this process, in wall seconds (what the summary reports)
+        self.paused_on_clock = 0.0  # the same pauses on the time source (equal, unless it is simulated)
+
+    def start(self) -> None:
+        self.started = self.now()
+
+    @contextlib.contextmanager
+    def paused(self):
+        began, wall = self.now(), time.perf_counter()
+        try:
+            yield
+        finally:
+            self.paused_on_clock += self.now() - began
+            self.paused_seconds += time.perf_counter() - wall
+
+    @property
+    def elapsed(self) -> float:
+        running = self.now() - self.started - self.paused_on_clock if self.started is not None else 0.0
+        return self.elapsed_before + running
+
+    @property
+    def fraction(self) -> float:
+        return min(self.elapsed / self.budget_seconds, 1.0)
+
+    @property
+    def remaining(self) -> float:
+        return max(self.budget_seconds - self.elapsed, 0.0)
+
+    def expired(self) -> bool:
+        return self.elapsed >= self.budget_seconds
+
+
+def time_source(progress) -> Callable[[], float]:
+    """time.perf_counter; with CRAMMING_SIMULATED_MICROBATCH_SECONDS=<s>, s seconds per microbatch trained
+    (progress.microbatches, which counts this rank's microbatches including those before a resume)."""
+    seconds = os.environ.get(SIMULATED_SECONDS_ENV)
+    if not seconds:
+        return time.perf_counter
+    per_microbatch = float(seconds)
+    return lambda: progress.microbatches * per_microbatch
+
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(CrammingError):
+    """The run stopped on a signal after writing a checkpoint; the exit code says which (130, 143)."""
+
+    label = "interrupted"
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+class GracefulStop:
+    """A context in which the first SIGINT/SIGTERM only sets `signum`; the loop stops at its next check."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self.previous = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def __enter__(self) -> "GracefulStop":
+        if threading.current_thread() is threading.main_thread():  # signals are only delivered there
+            self.previous = {signum: signal.signal(signum, self._handle) for signum in SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.signum is not None:
+            print(f"interrupted: second {name}: exiting now, without a checkpoint", file=sys.stderr, flush=True)
+            os._exit(128 + signum)
+        self.signum = signum
+        print(f"{name}: stopping after this step and writing a checkpoint ({name} again exits at once)",
+              file=sys.stderr, flush=True)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """pretrain(cfg): set up outside the budget, train under it, leave the run's record.
 
 The trainer only composes. Set-up: settings, data, model, optimizer, resume, microbatch, run directory.
-Training: the loop (train.loop) runs the step (train.step) under the stopping rule and the schedules, and
+Training: the loop (train.loop) runs the step (cramming.gradient_step) under the stopping rule and the schedules, and
 calls the callbacks at its named points: techniques first, then the metrics record and the checkpoints.
 """
 
@@ -22,35 +22,31 @@ from cramming.data.store import PreparedDataset
 from cramming.data.stream import Microbatches
 from cramming.data.tokenizer import as_transformers_tokenizer, load_tokenizer
 from cramming.files import write_atomically
+from cramming.gradient_step import Step
 from cramming.hardware import budget_seconds
 from cramming.model import build_mlm_model, training_flops_per_token
 from cramming.provenance import config_sha256, provenance
 from cramming.runs import FINAL, new_run_dir, record_config, resolve_checkpoint, run_of
 from cramming.runtime import deterministic_algorithms, prepare_device
-from cramming.train.callbacks import Callback, CallbackList
-from cramming.train.checkpoint import (Checkpointer, NonFiniteWeightsError, load_state, restore,
-                                       resume_fingerprint)
-from cramming.train.clock import BudgetClock, time_source
+from cramming.train.callbacks import Callback, CallbackList, Progress, TrainState
+from cramming.train.checkpoint import (Checkpointer, Heartbeat, NonFiniteWeightsError, charge_lost_time,
+                                       load_state, restore, resume_fingerprint)
+from cramming.train.config import check_pretrain_config
 from cramming.train.distributed import Distributed, NodeHandoff
-from cramming.train.divergence import resume_advice
-from cramming.train.heartbeat import Heartbeat, charge_lost_time
-from cramming.train.interrupt import Interrupted
-from cramming.train.loop import Schedule, run_loop
-from cramming.train.metrics import MetricsLog, MetricsLogger, format_duration
-from cramming.train.microbatch import choose_microbatch
+from cramming.train.loop import Schedule, count_microbatch, counted_finite, run_loop
+from cramming.train.metrics import (MetricsLog, MetricsLogger, ProgressBar, WandbLogger, format_duration,
+                                    use_bar)
+from cramming.train.nonfinite import NonFiniteLossError, NonFiniteSteps, resume_advice
 from cramming.train.optimizers import build_pretraining_optimizer, resolve_optim
 from cramming.train.plots import PlotRefresh, plot_run
-from cramming.train.progress_bar import ProgressBar, use_bar
-from cramming.train.settings import Settings, check_train_config, device_profile, resolve_settings
-from cramming.train.state import Progress, TrainState
-from cramming.train.nonfinite import NonFiniteLossError, NonFiniteSteps
-from cramming.train.stopping import LocalAgreement, StoppingRule, agreement as rank_agreement
-from cramming.train.techniques import (RunContext, build_techniques, data_stream, extra_memory, prepare_model,
-                                       step_class, wrap_optimizer)
+from cramming.train.settings import Settings, choose_microbatch, device_profile, resolve_settings
+from cramming.train.stopping import (BudgetClock, Interrupted, LocalAgreement, StoppingRule,
+                                     agreement as rank_agreement, time_source)
 from cramming.train.summary import RunFacts, build_summary, peak_memory_gb, read_records, write_summary
+from cramming.train.techniques import (RunContext, build_techniques, data_stream, extra_memory, prepare_model,
+                                       wrap_optimizer, wrap_step)
 from cramming.train.telemetry import TelemetrySampler
 from cramming.train.validation import Validation
-from cramming.train.wandb_logger import WandbLogger
 
 log = logging.getLogger("pretrain")
 
@@ -66,7 +62,7 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
     (cramming.train.distributed).
     """
     resolve_optim(cfg)
-    check_train_config(cfg)
+    check_pretrain_config(cfg)
     torch.compiler.reset()  # compile afresh: earlier runs in this process may have spent dynamo's recompile limit
     dist = Distributed.from_env()
     if not dist.is_main:  # rank 0 tells the story once; the other ranks speak up only with a warning
@@ -132,7 +128,8 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
     run_provenance = {**provenance(settings.device), "dataset": dataset.path.name,
                       "config_sha256": config_sha256(OmegaConf.to_container(cfg, resolve=True))}
 
-    wall_budget = budget_seconds(cfg.budget, cfg.budget_scaling, settings.profile, device_profile(settings))
+    present = device_profile(settings)  # the card actually in use: its peak is what MFU is measured against
+    wall_budget = budget_seconds(cfg.budget, cfg.budget_scaling, settings.profile, present)
     wall_budget /= dist.world_size  # GPU-hours: N GPUs get 1/N of the wall time
     flops_per_token = training_flops_per_token(cfg.arch, vocab_size, seq_length, cfg.train.mlm_rate)
     parameters = sum(parameter.numel() for parameter in model.parameters())
@@ -145,7 +142,8 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
     clock = BudgetClock(wall_budget, progress.elapsed, time_source(progress))
     nonfinite = NonFiniteSteps(cfg.train.max_nonfinite_steps, cfg.train.check_nonfinite_every, settings.device,
                                progress)
-    state = TrainState(model, optimizer, progress, clock, run_dir, settings.device, tokenizer, nonfinite)
+    state = TrainState(model=model, optimizer=optimizer, progress=progress, clock=clock, run_dir=run_dir,
+                       device=settings.device, tokenizer=tokenizer, nonfinite=nonfinite)
     sequences = settings.microbatch_size * dist.world_size  # per global microbatch
     microbatches = Microbatches(dataset, settings.microbatch_size, dist.rank, dist.world_size,
                                 cfg.train.mlm_rate, cfg.train.seed)
@@ -155,7 +153,7 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
     if dist.is_main:
         wandb = WandbLogger(cfg, run_dir)
         metrics = MetricsLog(run_dir / "metrics.jsonl", progress.step if cfg.resume else None, progress.tokens,
-                             flops_per_token, settings.profile.peak_tflops)
+                             flops_per_token, present.peak_tflops)
         logger = MetricsLogger(metrics, cfg.logging.every_steps, cfg.logging.every_fraction, sequences,
                                TelemetrySampler(settings.device).start(), wandb, settings.device,
                                cfg.train.optim.grad_clip)
@@ -173,8 +171,10 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
     plots = [PlotRefresh(lambda: checkpointer.newest)] if dist.is_main else []  # after the checkpointer
     bar = [ProgressBar(logger, stopping)] if dist.is_main and use_bar(cfg.logging.progress) else []
     callbacks = CallbackList([*recorded.callbacks, *bar, *heartbeat, checkpointer, *plots])
-    step = step_class(techniques)(_network(model, settings, dist), scaler, settings.precision, dist, stream,
-                                  callbacks, agreement, cfg.train)
+    step = wrap_step(techniques, Step(
+        _network(model, settings, dist), optimizer, scaler, settings.precision, stream,
+        grad_clip=cfg.train.optim.grad_clip, callbacks=callbacks, dist=dist, judge=counted_finite,
+        budget_ran_out=agreement.budget_ran_out, on_microbatch=count_microbatch))
 
     stop_reason, summary = "error", None
     try:
@@ -199,7 +199,7 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
                     wall_budget=clock.budget_seconds, session_training_s=progress.elapsed - clock.elapsed_before,
                     session_wall_s=time.perf_counter() - started, first_steps=logger.first_steps,
                     peak_memory=peak_memory_gb(settings.device), energy_wh=None, flops_per_token=flops_per_token,
-                    peak_tflops=settings.profile.peak_tflops, provenance=run_provenance,
+                    peak_tflops=present.peak_tflops, provenance=run_provenance,
                     microbatch={"size": settings.microbatch_size, "source": microbatch_source},
                     held_out_rows=dataset.held_out_rows, validation_s=clock.paused_seconds,
                     stop_detail=stopping.early_stop, step_timing=step.timing), run_dir, logger, wandb)

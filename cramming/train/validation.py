@@ -10,13 +10,11 @@ import logging
 
 import torch
 
-from cramming.data.mlm import IGNORE_INDEX, MLMCollator, PackedRows
+from cramming.data.mlm import IGNORE_INDEX, MLMCollator, PackedRows, labels_at_logits
 from cramming.data.store import PreparedDataset
 from cramming.runtime import Precision
-from cramming.train.callbacks import Callback
+from cramming.train.callbacks import Callback, TrainState
 from cramming.train.distributed import Distributed
-from cramming.train.masked import labels_at_logits
-from cramming.train.state import TrainState
 from cramming.train.stopping import LocalAgreement
 
 log = logging.getLogger("pretrain")

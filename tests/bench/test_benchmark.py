@@ -21,7 +21,7 @@ def run(*overrides: str) -> subprocess.CompletedProcess:
 
 def test_benchmark_writes_results(tmp_path):
     settings = ("vocab_size=512", "steps=2", "warmup_steps=1", "batch_size=2", "device=cpu", f"output_dir={tmp_path}",
-                "profile=true", "variants=[activation-checkpointing]")
+                "profile=true", "variants=[activation-checkpointing,sam,ema]")
     result = run(*(f"benchmark.{setting}" for setting in settings))
     assert result.returncode == 0, result.stderr
     [json_path] = tmp_path.glob("*.json")
@@ -52,6 +52,10 @@ def test_benchmark_writes_results(tmp_path):
     assert variant["tokens_per_s_vs_default"] == variant["tokens_per_s"] / report["ours"]["tokens_per_s"]
     assert variant["peak_memory_vs_default"] is None  # measured on a GPU only
     assert "Variant activation-checkpointing: " in json_path.with_suffix(".md").read_text()
+    # the techniques' own steps, as pretraining builds them: SAM's runs every pass twice, EMA's none more
+    executed = {name: report["variants"][name]["executed_flops_per_token"] for name in ("sam", "ema")}
+    assert executed["sam"] == pytest.approx(2 * report["ours"]["executed_flops_per_token"])
+    assert executed["ema"] == pytest.approx(report["ours"]["executed_flops_per_token"])
 
 
 def test_compile_counts_see_a_recompilation():
@@ -120,10 +124,13 @@ def test_a_variant_that_cannot_run_here_is_one_line():
 @pytest.mark.parametrize("variants, capability, compiled, dtype, words", [
     (["adamw8bit"], None, False, "fp32", "benchmark.variants: adamw8bit needs a CUDA GPU; this benchmark runs on cpu"),
     (["offload"], None, False, "fp32", "benchmark.variants: offload needs a CUDA GPU"),
-    (["lora"], None, False, "fp32", "benchmark.variants: 'lora' is unknown; choose from fp8, adamw8bit"),
+    (["lora"], None, False, "fp32", "benchmark.variants: 'lora' is unknown; choose from z-loss, sam, "
+                                    "ema, activation-checkpointing, fp8, offload, adamw, lamb"),
     (["fp8"], (8, 0), True, "bf16", "this one has 8.0"),  # an A100
     (["fp8"], (9, 0), False, "bf16", "remove benchmark.compile=false"),
-    (["offload"], (9, 0), True, "fp16", "offload does not combine with fp16 loss scaling"),
+    (["offload"], (9, 0), True, "fp16", "benchmark.variants: impl.offload_optimizer=true does not combine with fp16 "
+                                        "loss scaling (the gradients are copied to the CPU before they are unscaled): "
+                                        "use benchmark.dtype=bf16 or fp32"),
     (["fp8", "fp8"], (9, 0), True, "bf16", "names a variant twice"),
 ])
 def test_variants_are_checked_before_anything_is_built(monkeypatch, variants, capability, compiled, dtype, words):

@@ -13,14 +13,14 @@ import sys
 import pytest
 import torch
 
+from cramming import compose_config as compose_command
 from cramming.bench import gpu_check
 from cramming.bench.gpu_check import STAGES, GpuCheckConfig, run_gpu_check, run_stage
 from cramming.bench.gpu_report import markdown
 from cramming.bench.gpu_suite import read_outcomes
 from cramming.bench.inspect import sdpa_kernel_used
-from cramming.composition import compose_config as compose_command
 from cramming.errors import CrammingError
-from cramming.train.interrupt import Interrupted
+from cramming.train.stopping import Interrupted
 from cramming.train.trainer import pretrain
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT, SHARED_DATA

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from cramming.train.clock import BudgetClock, time_source
+from cramming.train.stopping import BudgetClock, time_source
 from tests.conftest import REPO_ROOT
 from tests.train.runs import TINY_RUN, only_run, summary
 

@@ -108,3 +108,15 @@ def test_budget_scaling_by_peak():
 def test_mfu():
     assert model_flops_utilization(1e5, 1e9, 200.0) == pytest.approx(0.5)
     assert model_flops_utilization(1e5, 1e9, None) is None
+
+
+def test_a_runs_mfu_is_measured_against_the_card_present_not_the_profile_chosen(monkeypatch):
+    """gpu=2080ti (53.8 TFLOP/s) run on an H100 PCIe: its MFU must be against the H100 PCIe's 756, as the trainer
+    asks device_profile for the peak (the chosen profile keeps setting precision, memory and defaults)."""
+    from cramming.runtime import Precision
+    from cramming.train.settings import Settings, device_profile
+
+    one_card(monkeypatch, "NVIDIA H100 PCIe")
+    chosen = known_profiles()["2080ti"]
+    settings = Settings(chosen, torch.device("cuda", 0), 128, Precision("fp32", "cpu"), False, 0)
+    assert (device_profile(settings).name, device_profile(settings).peak_tflops) == ("h100-pcie", 756.0)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cramming.train.microbatch import MEMORY_MARGIN, cache_key, usable_bytes
+from cramming.train.settings import MEMORY_MARGIN, cache_key, usable_bytes
 
 GIB = 2**30
 CARD = SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=80 * GIB)
@@ -31,10 +31,10 @@ def test_the_cache_key_names_the_optimizer_fp8_and_what_techniques_hold(h100):
     described = {"gpu": CARD.name, "memory": CARD.total_memory, "arch": ARCH, "seq_length": 128,
                  "precision": "bf16", "ddp": False}  # the key before these were added: cached answers still match
     assert plain == hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
-    assert plain == cache_key(device, ARCH, 128, "bf16", 1, optimizer="adamw", fp8=False, technique_bytes=0)
+    assert plain == cache_key(device, ARCH, 128, "bf16", 1, optimizer="adamw", technique_bytes=0, techniques={})
     others = {cache_key(device, ARCH, 128, "bf16", 1, optimizer="lion"),
-              cache_key(device, ARCH, 128, "bf16", 1, fp8=True),
+              cache_key(device, ARCH, 128, "bf16", 1, techniques={"fp8": True}),
               cache_key(device, ARCH, 128, "bf16", 1, technique_bytes=4 * GIB),
               cache_key(device, ARCH, 128, "bf16", 1, memory_gb=24.0),
-              cache_key(device, ARCH, 128, "bf16", 1, activation_checkpointing=True)}
+              cache_key(device, ARCH, 128, "bf16", 1, techniques={"activation_checkpointing": True})}
     assert len(others) == 5 and plain not in others

@@ -6,8 +6,7 @@ import logging
 import pytest
 import torch
 
-from cramming.train.techniques import check_on_device
-from cramming.train.speed_notices import torchao_kernels_notice
+from cramming.train.techniques import check_on_device, torchao_kernels_notice
 from tests.train.runs import TINY_RUN, compose_config
 
 H100 = torch.device("cuda", 0)

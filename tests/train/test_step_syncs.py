@@ -6,8 +6,8 @@ import pytest
 
 from cramming.bench.host_sync import HostSyncError, no_host_sync
 from cramming.errors import CrammingError
+from cramming.gradient_step import Step
 from cramming.train.callbacks import Callback
-from cramming.train.step import TrainStep
 from cramming.train.trainer import pretrain
 from tests.train.runs import STEP_RUN, TINY_RUN, compose_config, only_run, records, summary
 
@@ -24,15 +24,15 @@ class NanLossAt(Callback):
 
 @pytest.fixture
 def guarded_steps(monkeypatch) -> list[int]:
-    """Every TrainStep.run inside no_host_sync(); the steps that ran so."""
-    guarded, run = [], TrainStep.run
+    """Every Step.run inside no_host_sync(); the steps that ran so."""
+    guarded, run = [], Step.run
 
-    def run_without_a_sync(step, state):
+    def run_without_a_sync(step, state, *args):
         with no_host_sync():
-            run(step, state)
+            run(step, state, *args)
         guarded.append(state.progress.step + 1)
 
-    monkeypatch.setattr(TrainStep, "run", run_without_a_sync)
+    monkeypatch.setattr(Step, "run", run_without_a_sync)
     return guarded
 
 

@@ -4,10 +4,9 @@ ranks agree on it without a host sync per step."""
 import pytest
 import torch
 
-from cramming.train.clock import BudgetClock
+from cramming.train.callbacks import Progress
 from cramming.train.distributed import Distributed
-from cramming.train.state import Progress
-from cramming.train.stopping import LocalAgreement, RankAgreement, StoppingRule, agreement
+from cramming.train.stopping import BudgetClock, LocalAgreement, RankAgreement, StoppingRule, agreement
 
 
 def test_budget_progress_without_max_steps_gives_plain_booleans():

@@ -14,20 +14,20 @@ from safetensors.torch import load_file
 
 from cramming.data.prepare import prepare_dataset
 from cramming.data.stream import Microbatches
-from cramming.model import build_mlm_model
-from cramming.model.config import as_model_config
 from cramming.errors import CrammingError
+from cramming.model import build_mlm_model
+from cramming.model.checkpoint import load_pretrained, read_config
+from cramming.model.config import as_model_config
+from cramming.train.callbacks import Callback, Progress, TrainState
 from cramming.train.techniques.distillation import distillation_loss
 from cramming.train.techniques.ema import Ema
 from cramming.train.techniques.importance_sampling import ImportanceSampling
 from cramming.train.techniques.layer_drop import drop_rates
-from cramming.model.checkpoint import load_pretrained, read_config
-from cramming.train.callbacks import Callback
-from cramming.train.techniques.sparsity import Sparsity, gradual_density, magnitude_mask, two_of_four_mask
-from cramming.train.techniques.stacking import Stacking
 from cramming.train.techniques.sam import SharpnessAwareStep
 from cramming.train.techniques.sophia import SophiaG, SophiaHessian
-from cramming.train.state import Progress, TrainState
+from cramming.train.techniques.sparsity import Sparsity, gradual_density, magnitude_mask, two_of_four_mask
+from cramming.train.techniques.stacking import Stacking
+from cramming.train.techniques.z_loss import z_penalty
 from cramming.train.trainer import pretrain
 from tests.conftest import REPO_ROOT
 from tests.test_bad_inputs import run_command
@@ -40,7 +40,7 @@ UNDER_THE_CLOCK = {
     "layer-drop+magnitude-pruning": [
         "train.layer_drop.max_rate=0.5", "arch.num_layers=4", "train.sparsity.method=magnitude",
         "train.sparsity.density=0.25", "train.sparsity.start=0", "train.sparsity.end=0.5"],
-    "stacking": ["train.stacking.stages=[2,4]", "arch.num_layers=4"],
+    "stacking+z-loss": ["train.stacking.stages=[2,4]", "arch.num_layers=4", "train.z_loss.weight=1e-4"],
 }
 STEPS = STEP_RUN + ["train.batch_size=16"]  # one microbatch a step: short
 
@@ -90,6 +90,12 @@ def test_each_init_scheme_trains_three_steps_of_the_quick_start(shared_cache, tm
     assert len(losses) == 3 and all(math.isfinite(loss) for loss in losses)
 
 
+def bare_state(model: torch.nn.Module, optimizer=None) -> TrainState:
+    """The state a technique sees at step 0 of a run with no clock or directory: for calling its events directly."""
+    return TrainState(model=model, optimizer=optimizer, progress=Progress(), clock=None, run_dir=None,
+                      device=torch.device("cpu"))
+
+
 def straight_and_resumed(tmp_path, overrides: list[str], interrupt_before: int):
     """A step-driven run, and the same run interrupted before the given step and resumed."""
     straight = pretrain(compose_config(STEPS + [f"output_dir={tmp_path / 'a'}", *overrides]))
@@ -122,7 +128,7 @@ def test_layer_drop_rigl_and_distillation_resume_exactly(shared_cache, tmp_path,
     final = torch.load(straight / "checkpoints" / "final" / "trainer_state.pt", weights_only=True)["callbacks"][
         "Sparsity"]["masks"]
     initial = Sparsity("rigl", 0.5, 0.1, 0.8, 1, seed=0)  # the run's seed: its random masks at step 0
-    initial.on_train_start(TrainState(tiny_model(4), None, Progress(), None, None, torch.device("cpu")))
+    initial.on_train_start(bare_state(tiny_model(4)))
     assert sum(not torch.equal(mask, initial.masks[name]) for name, mask in final.items()) >= 4
     for name, mask in final.items():
         assert mask.sum().item() == round(0.5 * mask.numel()), name
@@ -134,7 +140,8 @@ def test_stacking_resumes_exactly_after_a_growth_step(shared_cache, tmp_path, ca
     """Stages [2, 4] over 6 steps: the model grows before step 4 (progress 3/6); the checkpoint after
     step 4 holds the grown model and the copied optimizer state, and the resumed run goes on from it."""
     with caplog.at_level(logging.INFO, logger="pretrain"):
-        straight, resumed = straight_and_resumed(tmp_path, [*UNDER_THE_CLOCK["stacking"], "train.max_steps=6"], 5)
+        straight, resumed = straight_and_resumed(tmp_path, ["train.stacking.stages=[2,4]", "arch.num_layers=4",
+                                                                  "train.max_steps=6"], 5)
     assert "stacking: grew from 2 to 4 layers at step 3 (50% of training)" in caplog.text
     assert_same_training(straight, resumed)
 
@@ -196,7 +203,7 @@ def test_skipped_layers_cost_nothing_and_get_no_gradient():
 def test_stacking_copies_layers_and_their_optimizer_state():
     model = tiny_model(4)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    state = TrainState(model, optimizer, Progress(), None, None, torch.device("cpu"))
+    state = bare_state(model, optimizer)
     stacking = Stacking([2, 4], None)
     stacking.on_train_start(state)
     assert model.bert.skip_layers == {2, 3}
@@ -311,7 +318,7 @@ def test_sophia_estimates_the_gauss_newton_diagonal_and_clips_its_update():
     (times the tokens); SophiaG's step moves no coordinate by more than lr."""
     model = tiny_model(2)
     optimizer = SophiaG(model.parameters(), lr=0.01, betas=(0.9, 0.5), gamma=0.04, weight_decay=0.0)
-    state = TrainState(model, optimizer, Progress(), None, None, torch.device("cpu"))
+    state = bare_state(model, optimizer)
     batch = {"input_ids": torch.randint(5, 64, (2, 16)), "masked_positions": torch.tensor([[1, 4], [2, 3]])}
     batch["labels"] = torch.full((2, 16), -100).scatter(1, batch["masked_positions"], 7)
     output = model(**batch)
@@ -407,7 +414,7 @@ def test_ema_averages_with_a_warm_up_of_its_decay():
     model = torch.nn.Linear(2, 1, bias=False)
     with torch.no_grad():
         model.weight.fill_(0.0)
-    state = TrainState(model, None, Progress(), None, None, torch.device("cpu"), None)
+    state = bare_state(model)
     ema = Ema(0.99)
     ema.on_train_start(state)
     for value, expected in ((10.0, 9.0), (10.0, 9.0 + 1.0 * (1 - 2 / 11))):
@@ -437,3 +444,16 @@ def test_a_bad_ema_setting_is_one_line(tmp_path, cache_dir, overrides, words):
     (line,) = [line for line in output.splitlines() if line.startswith("error:")]
     assert words in line
     assert not cache_dir.exists()  # refused before any data was prepared
+
+
+def test_z_loss_adds_the_mean_squared_log_normalizer_and_resumes_exactly(shared_cache, tmp_path, plain_run):
+    logits = torch.tensor([[[0.0, 0.0], [math.log(3.0), 0.0]]])  # (B=1, k=2, V=2): log Z = log 2, log 4
+    both = (math.log(2) ** 2 + math.log(4) ** 2) / 2
+    assert z_penalty(logits, torch.tensor([[1, 0]])).item() == pytest.approx(both)
+    assert z_penalty(logits, torch.tensor([[1, -100]])).item() == pytest.approx(math.log(2) ** 2)  # unlabelled
+    overrides = ["train.z_loss.weight=1e-4", "train.max_steps=3"]
+    straight, resumed = straight_and_resumed(tmp_path, overrides, 3)
+    assert_same_training(straight, resumed)
+    penalized, plain = records(straight)[0]["loss"], records(plain_run)[0]["loss"]  # the same first batch and weights
+    assert penalized > plain and penalized - plain < 1e-4 * 20**2  # log Z of a fresh model: about log(vocab) < 20
+

@@ -12,9 +12,8 @@ from omegaconf import OmegaConf
 from cramming.data.mlm import PackedRows
 from cramming.data.prepare import prepare_dataset
 from cramming.model import build_mlm_model
-from cramming.train.clock import BudgetClock
-from cramming.train.progress_bar import ProgressBar, use_bar
-from cramming.train.stopping import StoppingRule
+from cramming.train.metrics import ProgressBar, use_bar
+from cramming.train.stopping import BudgetClock, StoppingRule
 from cramming.train.trainer import pretrain
 from cramming.train.validation import validate
 from tests.train.runs import STEP_RUN, compose_config, only_run, records, summary

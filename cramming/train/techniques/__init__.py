@@ -1,10 +1,11 @@
-"""The training techniques a run switches on by config, one file each (base.py says what a Technique is).
+"""The training techniques a run switches on by config, one file each (base.py says what a Technique declares),
+and the registry everything else asks: the config schema (their settings), the checks, the trainer (the set-up
+events), the microbatch search, the checkpointer and the benchmark. None of those names a technique.
 
-Adding one: its file (the Technique subclass with its config dataclass, `check`, `conflicts`, `build` and the
-events it needs), one line in TECHNIQUES, its config field in train/config.py, a YAML, a test and a
-paragraph in docs/ablations.md. The order of TECHNIQUES is the order the trainer calls them in: a loss
+Adding one: its file (the Technique subclass and its settings), one line in TECHNIQUES, a test, a sweep row and
+a paragraph in docs/ablations.md. The order of TECHNIQUES is the order the trainer calls them in: a loss
 changed by one (importance weights) is what the next (distillation) changes further; model surgery runs in
-this order too (activation checkpointing before fp8's conversion).
+this order too (activation checkpointing before fp8's conversion); step wrappers stack in it.
 """
 
 import logging
@@ -13,9 +14,8 @@ import torch
 
 from cramming.data.stream import Microbatches, microbatch_stream
 from cramming.errors import CrammingError
-from cramming.train.speed_notices import log_speed_notices
 from cramming.train.techniques.activation_checkpointing import ActivationCheckpointing
-from cramming.train.techniques.base import RunContext, Technique
+from cramming.train.techniques.base import RunContext, Setting, Technique
 from cramming.train.techniques.distillation import Distillation
 from cramming.train.techniques.ema import Ema
 from cramming.train.techniques.fp8 import Fp8
@@ -26,7 +26,7 @@ from cramming.train.techniques.sam import SharpnessAware
 from cramming.train.techniques.sophia import SophiaHessian
 from cramming.train.techniques.sparsity import Sparsity
 from cramming.train.techniques.stacking import Stacking
-from cramming.train.step import TrainStep
+from cramming.train.techniques.z_loss import ZLoss
 
 log = logging.getLogger("pretrain")
 
@@ -35,6 +35,7 @@ TECHNIQUES: tuple[type[Technique], ...] = (
     ImportanceSampling,
     Sparsity,
     Distillation,
+    ZLoss,
     LayerDrop,
     Stacking,
     SharpnessAware,
@@ -44,29 +45,60 @@ TECHNIQUES: tuple[type[Technique], ...] = (
     OffloadOptimizer,
 )
 
+__all__ = ["TECHNIQUES", "RunContext", "Technique", "build_techniques", "check_on_device", "check_techniques",
+           "data_stream", "extra_memory", "microbatch_key", "optimizer_state_parts", "prepare_model",
+           "settings_under", "variant_overrides", "wrap_optimizer", "wrap_step"]
+
+
+def settings_under(parent: str) -> list[Setting]:
+    """The settings the techniques own directly under a config section (`train`, `train.optim`, `impl`)."""
+    return [setting for technique in TECHNIQUES for setting in technique.settings
+            if setting.path.rpartition(".")[0] == parent]
+
 
 def check_techniques(cfg) -> None:
     """Each technique's values, then no two enabled ones that conflict: one line naming the first problem."""
     for technique in TECHNIQUES:
         technique.check(cfg)
-    enabled = {technique.__name__: technique for technique in TECHNIQUES if technique.enabled(cfg)}
+    enabled = {technique.label: technique for technique in TECHNIQUES if technique.enabled(cfg)}
     for technique in enabled.values():
         for other, why in technique.conflicts.items():
             if other in enabled:
-                raise CrammingError(f"{technique.label} and {enabled[other].label} {why}")
+                raise CrammingError(f"{technique.label} and {other} {why}")
 
 
 def check_on_device(cfg, device: torch.device, compiled: bool, precision: str, world_size: int) -> None:
-    """The precision options' checks on this device (fp8, adamw8bit, offload), first of all, and the speed
-    notices of the GPU options measured slower than the default."""
+    """What the enabled techniques and the optimizer need of this device, first of all set-up; then the notices
+    of those measured slower than the default here, and of torchao's kernels where one of them relies on them."""
+    from cramming.train.optimizers import optimizers
+
     run = RunContext(device, compiled, precision, world_size)
-    for technique in (Fp8, OffloadOptimizer):
-        if technique.enabled(cfg):
-            technique.check_on_device(cfg, run)
-    if cfg.train.optim.name == "adamw8bit" and device.type != "cuda":
-        raise CrammingError(f"train.optim.name=adamw8bit (torchao's 8-bit AdamW states) needs a CUDA GPU; this run "
-                            f"is on {device.type}: use train.optim.name=adamw")
-    log_speed_notices(cfg, device)
+    enabled = [technique for technique in TECHNIQUES if technique.enabled(cfg)]
+    for technique in enabled:
+        technique.check_on_device(cfg, run)
+    optimizer = optimizers()[cfg.train.optim.name]
+    optimizer.check_on_device(cfg.train.optim.name, device)
+    if device.type != "cuda":
+        return
+    notices = [technique.speed_notice(cfg, device) for technique in enabled] + [optimizer.speed_notice]
+    for notice in filter(None, notices):
+        log.warning("%s", notice)
+    if optimizer.uses_torchao_kernels or any(technique.uses_torchao_kernels for technique in enabled):
+        kernels = torchao_kernels_notice()
+        if kernels:
+            log.warning("%s", kernels)
+
+
+def torchao_kernels_notice() -> str | None:
+    """torchao skips its compiled kernels (fp8 and low-bit ops) for a torch it was not built against, and
+    says so only through its logger: one line naming both versions instead of a silent slowdown."""
+    import torchao
+
+    if not getattr(torchao, "skip_loading_so_files", False):
+        return None
+    return (f"torchao {torchao.__version__} skipped its compiled kernels for torch {torch.__version__} "
+            f"({getattr(torchao, '_skip_reason', None) or 'no reason given'}): its options run without them; "
+            "docs/reproduce.md lists the tested torch/torchao pairs")
 
 
 def build_techniques(cfg, run: RunContext) -> list[Technique]:
@@ -86,6 +118,13 @@ def wrap_optimizer(techniques: list[Technique], optimizer: torch.optim.Optimizer
     return optimizer
 
 
+def wrap_step(techniques: list[Technique], step):
+    """The step as the techniques change it (SAM's two passes), each wrapping what the one before returned."""
+    for technique in techniques:
+        step = technique.wrap_step(step)
+    return step
+
+
 def data_stream(techniques: list[Technique], microbatches: Microbatches, start: int, num_workers: int,
                 pin_memory: bool):
     """The microbatches from global microbatch `start` on: drawn by a technique that draws them (importance
@@ -97,13 +136,26 @@ def data_stream(techniques: list[Technique], microbatches: Microbatches, start: 
     return microbatch_stream(microbatches, start, num_workers, pin_memory)
 
 
-def step_class(techniques: list[Technique]):
-    """The step the trainer builds: TrainStep, or what a technique makes of it (SAM's two passes)."""
-    step = TrainStep
-    for technique in techniques:
-        step = technique.wrap_step(step)
-    return step
-
-
 def extra_memory(techniques: list[Technique], model: torch.nn.Module) -> int:
     return sum(technique.extra_memory(model) for technique in techniques)
+
+
+def microbatch_key(cfg) -> dict:
+    """What the enabled techniques change in a step's memory, for the microbatch cache's key."""
+    return {key: value for technique in TECHNIQUES if technique.enabled(cfg)
+            for key, value in technique.microbatch_key(cfg).items()}
+
+
+def optimizer_state_parts(optimizer_state: dict) -> list[dict]:
+    """The plain optimizer state dicts (with "state") an optimizer's state dict holds: itself, or the parts a
+    technique's optimizer (offloading's) nests inside it."""
+    for technique in TECHNIQUES:
+        nested = technique.nested_optimizer_states(optimizer_state)
+        if nested is not None:
+            return [part for inner in nested for part in optimizer_state_parts(inner)]
+    return [optimizer_state]
+
+
+def variant_overrides(name: str) -> tuple[str, ...] | None:
+    """The overrides that switch on the technique whose benchmark variant is `name` (None: no such variant)."""
+    return next((t.variant_overrides for t in TECHNIQUES if t.variant == name), None)

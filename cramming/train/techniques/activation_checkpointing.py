@@ -13,7 +13,7 @@ import functools
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from cramming.train.techniques.base import RunContext, Technique
+from cramming.train.techniques.base import RunContext, Setting, Technique
 
 
 def checkpoint_activations(model: torch.nn.Module) -> None:
@@ -25,10 +25,18 @@ def checkpoint_activations(model: torch.nn.Module) -> None:
 
 class ActivationCheckpointing(Technique):
     label = "impl.activation_checkpointing=true"
+    # true: each layer's activations are recomputed in the backward pass instead of kept (less memory, about a
+    # third more compute; the GPU microbatch search then finds a larger microbatch)
+    settings = (Setting("impl.activation_checkpointing", bool, False),)
+    variant, variant_overrides = "activation-checkpointing", ("impl.activation_checkpointing=true",)
 
     @staticmethod
     def enabled(cfg) -> bool:
         return bool(cfg.impl.activation_checkpointing)
+
+    @staticmethod
+    def microbatch_key(cfg) -> dict:
+        return {"activation_checkpointing": True}  # activations are most of a step's memory
 
     @classmethod
     def build(cls, cfg, run: RunContext) -> "ActivationCheckpointing":

@@ -1,15 +1,46 @@
-"""What a training technique is: a Callback (the loop's named points) plus the events the set-up offers it
-(the model, the optimizer, the data stream, the step class, the memory it adds), its config checks and the
-techniques it cannot run with. The trainer builds the enabled ones from `TECHNIQUES` and calls the events."""
+"""What a training technique is: one class in one file that declares everything about it, and acts through the
+set-up events and the loop's named points (a Callback). The trainer, the config schema, the microbatch search,
+the checkpointer and the benchmark ask the registry (techniques/__init__.py) and never name a technique.
 
+Declared at class level, before any run exists:
+- `label`: the override that switches it on, as users type it; it names the technique in messages and in
+  other techniques' `conflicts`;
+- `settings`: the config keys it owns (`Setting`: where users set it, type, default), added to the schema;
+- `enabled(cfg)`, `check(cfg)` (its values, before any data), `conflicts` (label -> why);
+- `check_on_device(cfg, run)`: what it needs of the device, the compiler, the precision, the world size, and
+  `needs_cuda`: whether it does anything (or can run) without a CUDA GPU;
+- `speed_notice(cfg, device)`: one line where it is measured slower than the default;
+- `microbatch_key(cfg)`: what it changes in the memory of a step, for the microbatch cache's key;
+- `optimizers`: the `train.optim.name` choices it brings; `nested_optimizer_states(state)`: the per-parameter
+  state dicts inside an optimizer state it lays out its own way;
+- `variant`, `variant_overrides`: its name in `benchmark.variants` and the overrides that switch it on there.
+"""
+
+import dataclasses
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 
 from cramming.data.stream import Microbatches
-from cramming.errors import CrammingError
 from cramming.train.callbacks import Callback
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A config key a technique owns: its path as users type it (`train.layer_drop`, `impl.fp8`), its type and
+    default. A dataclass type is a group of keys, its fields, with their defaults."""
+
+    path: str
+    type: Any
+    default: Any = None
+
+    def as_field(self) -> tuple[str, Any, dataclasses.Field]:
+        """(name, type, field) for dataclasses.make_dataclass, under the parent its path names."""
+        name = self.path.rpartition(".")[2]
+        if dataclasses.is_dataclass(self.type):
+            return name, self.type, dataclasses.field(default_factory=self.type)
+        return name, self.type, dataclasses.field(default=self.default)
 
 
 @dataclass(frozen=True)
@@ -23,14 +54,15 @@ class RunContext:
 
 
 class Technique(Callback):
-    """One technique. Class level (before it exists): `label` (the override users type, for messages),
-    `enabled(cfg)`, `check(cfg)` (its values, before any data), `conflicts` and `build(cfg, run)` (the checks
-    that need the device, then the instance). Instance level: the Callback points, and the set-up events below,
-    each a no-op by default."""
+    """One technique; see the module docstring for what it declares. Instance level: the Callback points and the
+    set-up events below, each a no-op by default."""
 
-    label: str = ""  # e.g. "train.layer_drop": names the technique in one-line errors
-    # technique class name -> why the two do not combine; the message reads "<label> and <other label> <why>"
+    label: str = ""
+    settings: tuple[Setting, ...] = ()
     conflicts: dict[str, str] = {}
+    optimizers: dict[str, Any] = {}  # name -> cramming.train.optimizers.Optimizer
+    variant: str | None = None
+    variant_overrides: tuple[str, ...] = ()
 
     @staticmethod
     def enabled(cfg) -> bool:
@@ -39,6 +71,28 @@ class Technique(Callback):
     @staticmethod
     def check(cfg) -> None:
         """Raise CrammingError naming the first value out of its domain (called whether enabled or not)."""
+
+    @staticmethod
+    def check_on_device(cfg, run: RunContext) -> None:
+        """Raise CrammingError where it cannot run with these settings (called first of all set-up, if enabled)."""
+
+    @staticmethod
+    def speed_notice(cfg, device: torch.device) -> str | None:
+        """One line where this technique, enabled, is measured slower than the default on this device."""
+        return None
+
+    uses_torchao_kernels = False  # on a GPU, its speed depends on torchao's compiled kernels being loaded
+    needs_cuda = False  # it does nothing, or cannot run, without a CUDA GPU
+
+    @staticmethod
+    def microbatch_key(cfg) -> dict:
+        """What it changes in a step's memory, for the microbatch cache's key (empty: nothing)."""
+        return {}
+
+    @staticmethod
+    def nested_optimizer_states(optimizer_state: dict) -> list[dict] | None:
+        """The plain optimizer state dicts inside a state dict it lays out its own way (None: not its layout)."""
+        return None
 
     @classmethod
     def build(cls, cfg, run: RunContext) -> "Technique":
@@ -54,20 +108,14 @@ class Technique(Callback):
         """The microbatches from global microbatch `start` on, if this technique draws them (None: it does not)."""
         return None
 
-    def wrap_step(self, step_class: type) -> type:
-        """The step class (a cramming.train.step.TrainStep) the trainer builds; return a subclass to change it."""
-        return step_class
+    def wrap_step(self, step):
+        """The step the trainer (or the benchmark) runs, a cramming.gradient_step.Step; return a wrapper of it
+        to change it. Wrappers stack: each technique wraps what the one before returned."""
+        return step
 
     def extra_memory(self, model: torch.nn.Module) -> int:
         """Bytes of GPU memory this technique holds beside a plain step's, for the microbatch search."""
         return 0
-
-
-def require(rules: list[tuple[bool, str]]) -> None:
-    """Raise the message of the first rule that does not hold."""
-    for ok, message in rules:
-        if not ok:
-            raise CrammingError(message)
 
 
 def parameter_bytes(model: torch.nn.Module, dtype: torch.dtype | None = None) -> int:

@@ -17,14 +17,13 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from cramming.data.mlm import IGNORE_INDEX
-from cramming.errors import CrammingError
+from cramming.data.mlm import IGNORE_INDEX, labels_at_logits, logits_at_masks
+from cramming.errors import CrammingError, require
 from cramming.model.checkpoint import WEIGHTS_NAME, load_pretrained
 from cramming.model.crammed_bert import CrammedForMaskedLM
 from cramming.runs import resolve_checkpoint
-from cramming.train.masked import labels_at_logits, logits_at_masks
-from cramming.train.state import TrainState
-from cramming.train.techniques.base import RunContext, Technique, require
+from cramming.train.callbacks import TrainState
+from cramming.train.techniques.base import RunContext, Setting, Technique
 
 log = logging.getLogger("pretrain")
 
@@ -52,6 +51,7 @@ def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor
 
 class Distillation(Technique):
     label = "train.distill"
+    settings = (Setting("train.distill", DistillConfig),)
 
     def __init__(self, teacher: Path, alpha: float, temperature: float):
         self.teacher_path, self.alpha, self.temperature = teacher, alpha, temperature

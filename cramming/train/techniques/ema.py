@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from cramming.train.state import TrainState
-from cramming.train.techniques.base import RunContext, Technique, parameter_bytes, require
+from cramming.errors import require
+from cramming.train.callbacks import TrainState
+from cramming.train.techniques.base import RunContext, Setting, Technique, parameter_bytes
 
 log = logging.getLogger("pretrain")
 WARMUP = 10  # d_n = min(d, (1 + n) / (WARMUP + n))
@@ -32,9 +33,11 @@ class EmaConfig:
 
 class Ema(Technique):
     label = "train.ema"
-    conflicts = {"Stacking": "do not combine: a grown layer's average would mix in its weights from before it "
+    settings = (Setting("train.ema", EmaConfig),)
+    variant, variant_overrides = "ema", ("train.ema.decay=0.999",)
+    conflicts = {"train.stacking": "do not combine: a grown layer's average would mix in its weights from before it "
                              "was copied",
-                 "Sparsity": "do not combine: the average of a pruned weight is not zero, so the final model "
+                 "train.sparsity": "do not combine: the average of a pruned weight is not zero, so the final model "
                              "would not be sparse"}
 
     def __init__(self, decay: float):

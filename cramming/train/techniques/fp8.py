@@ -16,12 +16,16 @@ import torch
 from torch import nn
 
 from cramming.errors import CrammingError
-from cramming.train.encoder import in_encoder_layers
-from cramming.train.techniques.base import RunContext, Technique
+from cramming.model.crammed_bert import in_encoder_layers
+from cramming.train.techniques.base import RunContext, Setting, Technique
 
 log = logging.getLogger("pretrain")
 
 FP8_MIN_CAPABILITY = (8, 9)  # Ada (sm_89) and Hopper (sm_90) have fp8 tensor cores
+# At this width and below, float8's scaling casts cost more than its matmuls save: the first H100 run (one H100
+# 80GB, torch 2.11.0+cu130, torchao 0.18.0, 2026-11-24; docs/ablations.md), and torchao's own roofline model,
+# which puts every encoder Linear of a 768-wide BERT below 1x at 32k tokens per step.
+FP8_PAYS_ABOVE_HIDDEN = 1024
 
 
 def fp8_problem(device: torch.device, capability: tuple[int, int] | None, compiled: bool) -> str | None:
@@ -61,6 +65,11 @@ def convert_to_fp8(model: nn.Module, emulate: bool = False) -> list[str]:
 
 class Fp8(Technique):
     label = "impl.fp8=true"
+    # true: the encoder layers' Linear layers compute in float8; needs an NVIDIA GPU of compute capability 8.9+
+    # (Ada, Hopper) and compile; anywhere else a one-line error
+    settings = (Setting("impl.fp8", bool, False),)
+    variant, variant_overrides = "fp8", ("impl.fp8=true",)
+    uses_torchao_kernels = needs_cuda = True
 
     @staticmethod
     def enabled(cfg) -> bool:
@@ -72,6 +81,18 @@ class Fp8(Technique):
         problem = fp8_problem(run.device, capability, run.compile)
         if problem:
             raise CrammingError(problem)
+
+    @staticmethod
+    def speed_notice(cfg, device: torch.device) -> str | None:
+        if cfg.arch.hidden_size > FP8_PAYS_ABOVE_HIDDEN:
+            return None
+        return (f"impl.fp8=true at hidden size {cfg.arch.hidden_size} is expected to be slower than bf16: on an H100 "
+                "(torch 2.11, torchao 0.18) crammed-bert ran at 0.89x bf16's tokens/s once compiled, after a 96 s "
+                "compile (bf16: 42 s) inside the budget; float8 pays on wider layers (docs/ablations.md)")
+
+    @staticmethod
+    def microbatch_key(cfg) -> dict:
+        return {"fp8": True}  # its casts and scales
 
     @classmethod
     def build(cls, cfg, run: RunContext) -> "Fp8":

@@ -23,12 +23,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from cramming.data.mlm import IGNORE_INDEX
+from cramming.data.mlm import IGNORE_INDEX, labels_at_logits
 from cramming.data.stream import Microbatches
-from cramming.errors import CrammingError
-from cramming.train.masked import labels_at_logits
-from cramming.train.state import TrainState
-from cramming.train.techniques.base import RunContext, Technique, require
+from cramming.errors import CrammingError, require
+from cramming.train.callbacks import TrainState
+from cramming.train.techniques.base import RunContext, Setting, Technique
 
 UNIFORM_SHARE = 0.1  # of each row's probability that is uniform: weights stay <= 1 / UNIFORM_SHARE
 SAMPLINGS = ("sequential", "importance")  # train.sampling: the prepared data order, or this
@@ -36,6 +35,8 @@ SAMPLINGS = ("sequential", "importance")  # train.sampling: the prepared data or
 
 class ImportanceSampling(Technique):
     label = "train.sampling=importance"
+    # sequential: the prepared data order | importance: rows drawn by their last-seen loss, importance-weighted
+    settings = (Setting("train.sampling", str, "sequential"),)
 
     def __init__(self, seed: int):
         self.seed = seed

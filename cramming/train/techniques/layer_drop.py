@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
-from cramming.errors import CrammingError
-from cramming.train.state import TrainState
-from cramming.train.techniques.base import RunContext, Technique, require
+from cramming.errors import CrammingError, require
+from cramming.train.callbacks import TrainState
+from cramming.train.techniques.base import RunContext, Setting, Technique
 
 
 @dataclass
@@ -35,7 +35,8 @@ def drop_rates(fraction: float, num_layers: int, max_rate: float, rise_fraction:
 
 class LayerDrop(Technique):
     label = "train.layer_drop"
-    conflicts = {"Stacking": "both set the layers a step runs: use one at a time"}
+    settings = (Setting("train.layer_drop", LayerDropConfig),)
+    conflicts = {"train.stacking": "both set the layers a step runs: use one at a time"}
 
     def __init__(self, max_rate: float, rise_fraction: float, seed: int):
         self.max_rate, self.rise_fraction, self.seed = max_rate, rise_fraction, seed

@@ -12,8 +12,8 @@ import logging
 
 import torch
 
-from cramming.errors import CrammingError
-from cramming.train.techniques.base import RunContext, Technique, require
+from cramming.errors import CrammingError, require
+from cramming.train.techniques.base import RunContext, Setting, Technique
 
 log = logging.getLogger("pretrain")
 
@@ -54,9 +54,14 @@ def offload(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
 
 class OffloadOptimizer(Technique):
     label = "impl.offload_optimizer=true"
-    conflicts = {"Stacking": "do not combine: stacking copies optimizer state between parameters, and the "
+    # true: optimizer state and master weights in CPU memory, the update on the CPU (one GPU, not fp16); a no-op
+    # with a notice on a CPU-only run
+    settings = (Setting("impl.offload_optimizer", bool, False),)
+    variant, variant_overrides = "offload", ("impl.offload_optimizer=true",)
+    uses_torchao_kernels = needs_cuda = True
+    conflicts = {"train.stacking": "do not combine: stacking copies optimizer state between parameters, and the "
                              "offloaded state lives in per-parameter CPU optimizers",
-                 "Sparsity": "do not combine: the CPU master weights would keep the pruned values and copy them "
+                 "train.sparsity": "do not combine: the CPU master weights would keep the pruned values and copy them "
                              "back each step"}
 
     def __init__(self, on_gpu: bool):
@@ -83,6 +88,19 @@ class OffloadOptimizer(Technique):
         elif run.precision == "fp16":
             raise CrammingError("impl.offload_optimizer=true does not combine with fp16 loss scaling (the gradients "
                                 "are copied to the CPU before they are unscaled): use impl.precision=bf16 or fp32")
+
+    @staticmethod
+    def speed_notice(cfg, device: torch.device) -> str | None:
+        return ("impl.offload_optimizer=true saves GPU memory, not time: every update runs on the CPU and waits for "
+                "the gradients' copy (docs/ablations.md)")
+
+    @staticmethod
+    def nested_optimizer_states(optimizer_state: dict) -> list[dict] | None:
+        """torchao's CPUOffloadOptimizer nests one state dict per offloaded parameter, plus one for those left on
+        the device."""
+        if "offloaded" not in optimizer_state and "on-device" not in optimizer_state:
+            return None
+        return [*optimizer_state.get("offloaded", []), *filter(None, [optimizer_state.get("on-device")])]
 
     @classmethod
     def build(cls, cfg, run: RunContext) -> "OffloadOptimizer":

@@ -9,18 +9,19 @@ perturbation uses the step's whole gradient (averaged across ranks); under a los
 unscaled one. It keeps no state of its own: a resumed run continues exactly.
 """
 
-import functools
 import math
 
 import torch
 
-from cramming.train.state import TrainState
-from cramming.train.step import TrainStep
-from cramming.train.techniques.base import RunContext, Technique, parameter_bytes, require
+from cramming.errors import require
+from cramming.gradient_step import Gradients, StepState, StepWrapper
+from cramming.train.techniques.base import RunContext, Setting, Technique, parameter_bytes
 
 
 class SharpnessAware(Technique):
     label = "train.optim.sam_rho"
+    settings = (Setting("train.optim.sam_rho", float, 0.0),)
+    variant, variant_overrides = "sam", ("train.optim.sam_rho=0.05",)
 
     def __init__(self, rho: float):
         self.rho = rho
@@ -38,37 +39,38 @@ class SharpnessAware(Technique):
     def build(cls, cfg, run: RunContext) -> "SharpnessAware":
         return cls(cfg.train.optim.sam_rho)
 
-    def wrap_step(self, step_class):
-        return functools.partial(SharpnessAwareStep, rho=self.rho)
+    def wrap_step(self, step):
+        return SharpnessAwareStep(step, self.rho)
 
     def extra_memory(self, model: torch.nn.Module) -> int:
         return parameter_bytes(model)  # the copy of the weights it returns to
 
 
-class SharpnessAwareStep(TrainStep):
-    keeps_batches = True
+class SharpnessAwareStep(StepWrapper):
+    """The step it wraps takes the gradient at w (keeping its microbatches); this step moves to the steepest
+    point nearby, takes the gradient there on the same microbatches through the same step, and returns to w."""
 
-    def __init__(self, *args, rho: float, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, inner, rho: float):
+        super().__init__(inner)
         self.rho = rho
 
-    def _accumulate(self, state: TrainState) -> tuple[torch.Tensor, int]:
-        step_loss, done = super()._accumulate(state)
+    def gradients(self, state: StepState, keep_batches: bool = False) -> Gradients:
+        first = self.inner.gradients(state, keep_batches=True)
         parameters, originals = self._ascend(state.model)
         state.model.zero_grad(set_to_none=True)
         perturbed_loss = torch.zeros((), device=state.device)
-        for index, batch in enumerate(self.batches):
-            perturbed_loss += self._backward(state, batch, last=index + 1 == state.accumulate)
-        if done < state.accumulate:
-            self._rescale_gradients(state, done)
-        self.batches = []
+        for index, batch in enumerate(first.batches):
+            perturbed_loss += self.inner.backward(state, batch, last=index + 1 == state.accumulate)
+        if first.microbatches < state.accumulate:
+            self.inner.rescale(state, first.microbatches)
         if parameters:
             with torch.no_grad():
                 torch._foreach_copy_(parameters, originals)  # back to w exactly
         # A non-finite loss at the perturbed weights (on any rank) must skip the update too (the step checks
-        # step_loss, which every rank shares).
-        perturbed_loss = self.dist.mean(perturbed_loss)
-        return torch.where(torch.isfinite(perturbed_loss), step_loss, perturbed_loss), done
+        # the step's loss, which every rank shares).
+        perturbed_loss = self._mean(perturbed_loss)
+        loss = torch.where(torch.isfinite(perturbed_loss), first.loss, perturbed_loss)
+        return Gradients(loss, first.microbatches, first.batches if keep_batches else [])
 
     @torch.no_grad()
     def _ascend(self, model: torch.nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:

@@ -14,14 +14,16 @@ Two parts: the optimizer (the update rule, state m and h) and the callback that 
 `after_forward` (it needs the logits) and hands it over at `before_optimizer_step`.
 """
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 
-from cramming.data.mlm import IGNORE_INDEX
-from cramming.errors import CrammingError
-from cramming.train.masked import labels_at_logits
-from cramming.train.state import TrainState
-from cramming.train.techniques.base import RunContext, Technique, parameter_bytes
+from cramming.data.mlm import IGNORE_INDEX, labels_at_logits
+from cramming.errors import CrammingError, require
+from cramming.train.callbacks import TrainState
+from cramming.train.optimizers import Optimizer, optimizer_groups
+from cramming.train.techniques.base import RunContext, Setting, Technique, parameter_bytes
 
 
 class SophiaG(torch.optim.Optimizer):
@@ -62,11 +64,20 @@ class SophiaG(torch.optim.Optimizer):
                 parameter.addcmul_(state["momentum"].sign(), ratio, value=-group["lr"])
 
 
+def build_sophia(model: torch.nn.Module, optim) -> SophiaG:
+    return SophiaG(optimizer_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas), gamma=optim.gamma,
+                   weight_decay=optim.weight_decay)
+
+
 class SophiaHessian(Technique):
-    """Every `every` steps, the Gauss-Newton-Bartlett estimate of the Hessian diagonal for SophiaG (its
-    values are checked with the optimizer's, cramming.train.optimizers)."""
+    """Every `every` steps, the Gauss-Newton-Bartlett estimate of the Hessian diagonal for SophiaG. It brings
+    the optimizer (`train.optim.name=sophia`, its defaults in configs/optim/sophia.yaml) and its two
+    hyperparameters beside the common ones."""
 
     label = "train.optim.name=sophia"
+    settings = (Setting("train.optim.gamma", Optional[float]),  # the scale of its Hessian-clipped update
+                Setting("train.optim.hessian_every", Optional[int]))  # steps between Hessian estimates
+    optimizers = {"sophia": Optimizer(("lr", "betas", "weight_decay", "gamma", "hessian_every"), build_sophia)}
 
     def __init__(self, every: int, seed: int):
         self.every, self.seed = every, seed
@@ -76,6 +87,13 @@ class SophiaHessian(Technique):
     @staticmethod
     def enabled(cfg) -> bool:
         return cfg.train.optim.name == "sophia"
+
+    @staticmethod
+    def check(cfg) -> None:
+        optim = cfg.train.optim
+        require([(optim.gamma is None or optim.gamma > 0, f"train.optim.gamma={optim.gamma} must be positive"),
+                 (optim.hessian_every is None or optim.hessian_every >= 1,
+                  f"train.optim.hessian_every={optim.hessian_every} must be at least 1")])
 
     @classmethod
     def build(cls, cfg, run: RunContext) -> "SophiaHessian":

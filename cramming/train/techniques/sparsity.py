@@ -31,13 +31,14 @@ from pathlib import Path
 from typing import Optional
 
 import torch
+from omegaconf import OmegaConf
 
-from cramming.errors import CrammingError
+from cramming.errors import CrammingError, require
 from cramming.model.checkpoint import load_weights, read_weights
-from cramming.train.encoder import encoder_matrices
-from cramming.train.state import TrainState
-from cramming.train.techniques.base import RunContext, Technique, require
-from cramming.train.techniques.lottery import lottery_ticket
+from cramming.runs import CONFIG_FILE, FINAL, resolve_checkpoint, run_config
+from cramming.train.callbacks import TrainState
+from cramming.model.crammed_bert import encoder_matrices
+from cramming.train.techniques.base import RunContext, Setting, Technique
 
 log = logging.getLogger("pretrain")
 RIGL_DROP_FRACTION = 0.3
@@ -101,8 +102,17 @@ def gradual_density(fraction: float, density: float, start: float, end: float) -
 
 class Sparsity(Technique):
     label = "train.sparsity"
-    conflicts = {"Stacking": "do not combine: a grown layer would keep its own mask, not its source's",
-                 "SharpnessAware": "do not combine: SAM's move would reach the pruned weights"}
+    settings = (Setting("train.sparsity", SparsityConfig),)
+    conflicts = {"train.stacking": "do not combine: a grown layer would keep its own mask, not its source's",
+                 "train.optim.sam_rho": "do not combine: SAM's move would reach the pruned weights"}
+
+    @staticmethod
+    def speed_notice(cfg, device: torch.device) -> str | None:
+        if cfg.train.sparsity.method != "semi-structured-2:4":
+            return None
+        return ("train.sparsity.method=semi-structured-2:4 is a sparsity ablation, not a speed-up: training masks the "
+                "weights and keeps dense kernels, and on an H100 (torch 2.11) torch.sparse's 2:4 FFN matmuls ran at "
+                "0.13x and 0.09x the dense ones (scripts/bench_sparse.py)")
 
     def __init__(self, method: str, density: float, start: float, end: float, update_every: int, seed: int,
                  ticket: Path | None = None, rewind: Path | None = None):
@@ -229,3 +239,30 @@ class Sparsity(Technique):
 
     def load_state_dict(self, state: dict) -> None:
         self.masks, self.current_density = dict(state["masks"]), state["current_density"]
+
+
+def lottery_ticket(cfg) -> tuple[Path, Path | None]:
+    """The dense run's final checkpoint (the mask) and the checkpoint to rewind to (None: the initialization,
+    which the dense run's seed and arch rebuild: both must be this run's)."""
+    sparsity = cfg.train.sparsity
+    final = resolve_checkpoint(sparsity.ticket, Path(cfg.output_dir) / cfg.name, key="train.sparsity.ticket")
+    run_dir = final.parent.parent
+    if final.name != FINAL or not (run_dir / CONFIG_FILE).is_file():
+        raise CrammingError(f"train.sparsity.ticket={sparsity.ticket}: {final} is not the final checkpoint of a "
+                            "finished run (the ticket is the dense run's trained weights)")
+    dense = run_config(run_dir)
+    ours = OmegaConf.to_container(cfg.arch, resolve=True)
+    if OmegaConf.to_container(dense.arch, resolve=True) != ours:
+        raise CrammingError(f"train.sparsity.ticket={sparsity.ticket}: that run's arch differs from this one's: "
+                            "the ticket must be drawn from the same architecture")
+    if sparsity.rewind is None:
+        if dense.train.seed != cfg.train.seed:
+            raise CrammingError(f"train.sparsity.ticket={sparsity.ticket}: that run's train.seed={dense.train.seed} "
+                                f"differs from this one's ({cfg.train.seed}), so this run's initialization is not "
+                                "the ticket's: use the same seed, or rewind to a kept checkpoint")
+        return final, None
+    kept = sorted((run_dir / "checkpoints").glob(f"at-{sparsity.rewind:g}-step-*"))
+    if not kept:
+        raise CrammingError(f"train.sparsity.rewind={sparsity.rewind}: {run_dir} kept no checkpoint at that "
+                            f"progress; train the dense run with checkpoint.keep_at=[{sparsity.rewind:g}]")
+    return final, kept[-1]

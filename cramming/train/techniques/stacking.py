@@ -16,9 +16,9 @@ from typing import Optional
 
 import torch
 
-from cramming.errors import CrammingError
-from cramming.train.state import TrainState
-from cramming.train.techniques.base import RunContext, Technique, require
+from cramming.errors import CrammingError, require
+from cramming.train.callbacks import TrainState
+from cramming.train.techniques.base import RunContext, Setting, Technique
 
 log = logging.getLogger("pretrain")
 
@@ -47,6 +47,7 @@ def copy_optimizer_state(optimizer: torch.optim.Optimizer, source: torch.nn.Para
 
 class Stacking(Technique):
     label = "train.stacking"
+    settings = (Setting("train.stacking", StackingConfig),)
 
     def __init__(self, stages: list[int], at: list[float] | None):
         self.stages, self.starts = list(stages), stage_starts(stages, at)

@@ -126,7 +126,7 @@ class Step:
         self.callbacks, self.dist = callbacks, dist
         # Host seconds inside run() and, within it, waiting for batches: from the second step on (the first
         # compiles and warms up), and the first step's own; window_s: host seconds from the end of the first step
-        # to the end of the latest, `paused_seconds()` left out (pretraining's validation). All wall time, never
+        # to the end of the latest, the `paused_seconds` run() is given left out (pretraining's validation). All wall time, never
         # the budget clock's (which a test may simulate), so the shares compare like with like.
         self.timing = {"steps": 0, "step_s": 0.0, "data_s": 0.0, "first_step_s": 0.0, "window_s": 0.0}
         self._first_ended = (0.0, 0.0)
@@ -194,11 +194,15 @@ class Step:
     def update(self, state: StepState, step_loss: torch.Tensor) -> None:
         """Unscale, clip and update. A non-finite loss or gradient norm (as `judge` rules) leaves the weights and
         the optimizer state as they were."""
-        # The norm before clipping, for the metrics record (left on the device: reading it would wait).
-        state.grad_norm = gradient_norm(self.optimizer, self.scaler, state.model.parameters(), self.grad_clip)
-        # A finite loss can still have non-finite gradients (weights near overflow): the update would write NaN.
-        state.step_finite = None if self.judge is None else self.judge(
-            state, torch.isfinite(step_loss), gradient_finite(state.grad_norm, self.scaler))
+        if self.judge is None and self.grad_clip is None:
+            # GLUE's plain update: nothing clips the gradients or reads their norm, so it is not computed
+            state.grad_norm, state.step_finite = None, None
+        else:
+            # The norm before clipping, for the metrics record (left on the device: reading it would wait).
+            state.grad_norm = gradient_norm(self.optimizer, self.scaler, state.model.parameters(), self.grad_clip)
+            # A finite loss can still have non-finite gradients (weights near overflow): the update would write NaN.
+            state.step_finite = None if self.judge is None else self.judge(
+                state, torch.isfinite(step_loss), gradient_finite(state.grad_norm, self.scaler))
         callbacks = self.callbacks
         apply_update(self.optimizer, self.scaler, state.step_finite,
                      before=callbacks and (lambda: callbacks.before_optimizer_step(state)),

@@ -16,6 +16,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from cramming.data.mlm import synthetic_mlm_batch
 from cramming.gradient_step import Step, StepState
 from cramming.model import ModelConfig, build_mlm_model
+from cramming.model.checkpoint import unwrap
 from cramming.runtime import Precision, prepare_device, recipe_adamw, resolve_device
 
 
@@ -43,7 +44,7 @@ class TimedStep:
         self.model = model.to(device).train()
         self.batch = {key: value.to(device) for key, value in batch.items()}
         self.precision, self.device, self.techniques = precision, device, list(techniques)
-        plain = getattr(self.model, "_orig_mod", self.model)
+        plain = unwrap(self.model)
         self.optimizer = wrap_optimizer(self.techniques, optimizer or recipe_adamw(plain, fused=fused_adamw))
         self.scaler = precision.grad_scaler()
         self.callbacks = CallbackList(self.techniques) if self.techniques else None

@@ -57,10 +57,6 @@ class Distributed:
     def enabled(self) -> bool:
         return self.world_size > 1
 
-    def barrier(self) -> None:
-        if self.enabled:
-            dist.barrier()
-
     def max(self, value: torch.Tensor) -> torch.Tensor:
         """The elementwise maximum over ranks (a new tensor; on the device, no host sync)."""
         if self.enabled:

@@ -192,6 +192,8 @@ CASES = [  # (command, arguments, what the one line must contain)
      "train.optim.name=sophia estimates its Hessian with a second backward pass"),
     ("pretrain", [*TINY, "train.sampling=random"], "train.sampling='random' must be one of sequential, importance"),
     ("pretrain", [*TINY, "train.optim.sam_rho=-0.05"], "train.optim.sam_rho=-0.05 must not be negative (0: off)"),
+    ("pretrain", [*TINY, "train.z_loss.weight=-1"], "train.z_loss.weight=-1.0 must be a finite number, 0 or more"),
+    ("pretrain", [*TINY, "train.z_loss.weight=nan"], "train.z_loss.weight=nan must be a finite number, 0 or more"),
     ("pretrain", [*TINY, "train.layer_drop.max_rate=1"], "train.layer_drop.max_rate=1.0 must be in [0, 1) (0: off)"),
     ("pretrain", [*TINY, "train.layer_drop.max_rate=0.5", "impl.compile=true"],
      "train.layer_drop would recompile the model for each set of dropped layers: add impl.compile=false"),

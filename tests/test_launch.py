@@ -60,3 +60,29 @@ def test_what_every_process_would_refuse_is_refused_before_the_launch(gpus, tmp_
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip() == message
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--nproc_per_node=0"], "error: --nproc_per_node=0: start at least 1 process"),
+    (["--nproc_per_node=abc"], "error: --nproc_per_node=abc: Unsupported nproc_per_node value: abc"),
+    (["--nnodes=abc", "--nproc_per_node=1"],
+     "error: --nnodes=abc: give the number of machines (at least 1), or MIN:MAX with 1 <= MIN <= MAX"),
+    (["--nnodes=2:1", "--nproc_per_node=1"],
+     "error: --nnodes=2:1: give the number of machines (at least 1), or MIN:MAX with 1 <= MIN <= MAX"),
+])
+def test_torchruns_own_counts_are_one_line_before_any_process_starts(tmp_path, arguments, message):
+    """torchrun itself meets these with an assertion's or int()'s traceback and exit code 1."""
+    run = in_subprocess("launch", *arguments, PRETRAIN, "--config-name", "quickstart", f"output_dir={tmp_path}",
+                        cwd=tmp_path)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == message
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_unknown_rendezvous_backend_is_one_line(tmp_path):
+    run = in_subprocess("launch", "--nproc_per_node=1", "--rdzv_backend=bogus", PRETRAIN, "--config-name",
+                        "quickstart", f"output_dir={tmp_path}", cwd=tmp_path)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith(
+        "error: torchrun could not start the processes: The rendezvous backend 'bogus' is not registered")
+    assert not list(tmp_path.iterdir())

@@ -45,19 +45,40 @@ def check_pretraining(arguments: list[str], processes: int, world_size: int | No
                                 f"machine has {torch.cuda.device_count()}")
 
 
+@exit_on_user_error
+def check_launch(nproc_per_node: str, nnodes: str) -> int:
+    """torchrun's own process and machine counts, which it would meet with an assertion's traceback; the
+    number of local processes."""
+    from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
+
+    try:
+        processes = determine_local_world_size(nproc_per_node)
+    except ValueError as error:  # --nproc_per_node=gpu without one, or a word torchrun does not know
+        raise CrammingError(f"--nproc_per_node={nproc_per_node}: {error}") from None
+    if processes < 1:
+        raise CrammingError(f"--nproc_per_node={nproc_per_node}: start at least 1 process")
+    try:
+        fewest, most = parse_min_max_nnodes(nnodes)
+    except (ValueError, RuntimeError):
+        fewest = most = 0
+    if not 0 < fewest <= most:
+        raise CrammingError(f"--nnodes={nnodes}: give the number of machines (at least 1), or MIN:MAX with "
+                            "1 <= MIN <= MAX")
+    return processes
+
+
 def main(argv: list[str] | None = None) -> None:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import determine_local_world_size, parse_args, run
+    from torch.distributed.run import parse_args, run
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    processes = check_launch(args.nproc_per_node, args.nnodes)
     if Path(args.training_script).name in PRETRAINING:
-        try:
-            processes = determine_local_world_size(args.nproc_per_node)
-        except ValueError as error:  # --nproc_per_node=gpu without one
-            fail(f"--nproc_per_node={args.nproc_per_node}: {error}")
         check_pretraining(args.training_script_args, processes, processes if args.nnodes in ("1", "1:1") else None)
     try:
         run(args)
+    except ValueError as error:  # torchrun's own set-up, before any process: an unknown rendezvous backend
+        fail(f"torchrun could not start the processes: {error}")
     except ChildFailedError as failed:
         rank, failure = failed.get_first_failure()
         code = failure.exitcode if failure.exitcode > 0 else 128 - failure.exitcode  # signal N: 128 + N

@@ -49,7 +49,8 @@ class ZLoss(Technique):
     @staticmethod
     def check(cfg) -> None:
         weight = cfg.train.z_loss.weight
-        require([(math.isfinite(weight) and weight >= 0, f"train.z_loss.weight={weight} must not be negative (0: off)")])
+        require([(math.isfinite(weight) and weight >= 0,
+                  f"train.z_loss.weight={weight} must be a finite number, 0 or more (0: off)")])
 
     @classmethod
     def build(cls, cfg, run: RunContext) -> "ZLoss":

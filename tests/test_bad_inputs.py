@@ -234,6 +234,12 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("pretrain", [*TINY, "arch.num_heads=5"], "arch.hidden_size (128) must be divisible by arch.num_heads (5)"),
     ("pretrain", [*TINY, "arch.ffn=swiglu"], "arch.ffn must be one of glu, gelu, got 'swiglu'"),
     ("pretrain", [*TINY, "arch.dropout=1.5"], "arch.dropout must be in [0, 1), got 1.5"),
+    ("pretrain", [*TINY, "arch.global_rope_theta=inf"], "arch.global_rope_theta must be a finite number greater "
+                                                        "than 1, got inf"),
+    ("pretrain", [*TINY, "arch.local_rope_theta=inf"], "arch.local_rope_theta must be a finite number greater "
+                                                       "than 1, got inf"),
+    ("pretrain", [*TINY, "arch.global_rope_theta=nan"], "arch.global_rope_theta must be a finite number greater "
+                                                        "than 1, got nan"),
     # the command line itself
     ("pretrain", [*TINY, "gpu=tpu"], "unknown gpu=tpu; choose one of 2080ti,"),
     ("pretrain", [*TINY, "arch=crammed"], "unknown arch=crammed; choose one of bert-base,"),

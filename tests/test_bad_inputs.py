@@ -115,6 +115,13 @@ def files(tmp_path_factory) -> dict[str, Path]:
     for split in ("train", "dev"):
         (glue / "nan" / "STS-B" / f"{split}.tsv").write_text("\n".join([header, *rows]) + "\n")
     paths["glue_nan"] = glue / "nan"
+    (glue / "latin1" / "RTE").mkdir(parents=True)  # saved as Latin-1, its one bad byte past the first 8 KB
+    rows = [f"{i}\tThe cat sat on the mat.\tA cat sat.\tentailment" for i in range(400)]
+    rows.append("400\tUn caf\xe9 au lait.\tA coffee.\tentailment")
+    for split in ("train", "dev"):
+        text = "\n".join(["index\tsentence1\tsentence2\tlabel", *rows]) + "\n"
+        (glue / "latin1" / "RTE" / f"{split}.tsv").write_bytes(text.encode("latin-1"))
+    paths["glue_latin1"] = glue / "latin1"
     return paths
 
 
@@ -316,6 +323,8 @@ CASES = [  # (command, arguments, what the one line must contain)
      "line 2: expected 4 tab-separated fields, found 2"),
     ("eval_glue", ["ckpt={good}", "output_dir={root}/g", "eval.tasks=[stsb]", "eval.data_dir={glue_nan}"],
      "STS-B/train.tsv, line 2: label 'nan' is not a score between 0 and 5"),
+    ("eval_glue", ["ckpt={good}", "output_dir={root}/g", "eval.tasks=[rte]", "eval.data_dir={glue_latin1}"],
+     "{glue_latin1}/RTE/train.tsv: not valid UTF-8"),
     ("eval_glue", ["ckpt={good}", "output_dir={root}/g", "eval.tasks=[rte]", f"eval.data_dir={GLUE_DIR}",
                    "eval.max_train_examples=32", "eval.epochs=1", "eval.lr=1e30"],
      "rte: the model's outputs on"),

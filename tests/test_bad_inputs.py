@@ -324,7 +324,7 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("eval_glue", ["ckpt={good}", "output_dir={root}/g", "eval.tasks=[stsb]", "eval.data_dir={glue_nan}"],
      "STS-B/train.tsv, line 2: label 'nan' is not a score between 0 and 5"),
     ("eval_glue", ["ckpt={good}", "output_dir={root}/g", "eval.tasks=[rte]", "eval.data_dir={glue_latin1}"],
-     "{glue_latin1}/RTE/train.tsv: not valid UTF-8"),
+     "{glue_latin1}/RTE/train.tsv, line 402: not valid UTF-8 (invalid continuation byte at byte 19932)"),
     ("eval_glue", ["ckpt={good}", "output_dir={root}/g", "eval.tasks=[rte]", f"eval.data_dir={GLUE_DIR}",
                    "eval.max_train_examples=32", "eval.epochs=1", "eval.lr=1e30"],
      "rte: the model's outputs on"),

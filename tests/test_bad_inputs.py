@@ -115,6 +115,13 @@ def files(tmp_path_factory) -> dict[str, Path]:
     for split in ("train", "dev"):
         (glue / "nan" / "STS-B" / f"{split}.tsv").write_text("\n".join([header, *rows]) + "\n")
     paths["glue_nan"] = glue / "nan"
+    (glue / "latin1" / "RTE").mkdir(parents=True)  # saved as Latin-1, its one bad byte past the first 8 KB
+    rows = [f"{i}\tThe cat sat on the mat.\tA cat sat.\tentailment" for i in range(400)]
+    rows.append("400\tUn caf\xe9 au lait.\tA coffee.\tentailment")
+    for split in ("train", "dev"):
+        text = "\n".join(["index\tsentence1\tsentence2\tlabel", *rows]) + "\n"
+        (glue / "latin1" / "RTE" / f"{split}.tsv").write_bytes(text.encode("latin-1"))
+    paths["glue_latin1"] = glue / "latin1"
     return paths
 
 
@@ -234,6 +241,12 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("pretrain", [*TINY, "arch.num_heads=5"], "arch.hidden_size (128) must be divisible by arch.num_heads (5)"),
     ("pretrain", [*TINY, "arch.ffn=swiglu"], "arch.ffn must be one of glu, gelu, got 'swiglu'"),
     ("pretrain", [*TINY, "arch.dropout=1.5"], "arch.dropout must be in [0, 1), got 1.5"),
+    ("pretrain", [*TINY, "arch.global_rope_theta=inf"], "arch.global_rope_theta must be a finite number greater "
+                                                        "than 1, got inf"),
+    ("pretrain", [*TINY, "arch.local_rope_theta=inf"], "arch.local_rope_theta must be a finite number greater "
+                                                       "than 1, got inf"),
+    ("pretrain", [*TINY, "arch.global_rope_theta=nan"], "arch.global_rope_theta must be a finite number greater "
+                                                        "than 1, got nan"),
     # the command line itself
     ("pretrain", [*TINY, "gpu=tpu"], "unknown gpu=tpu; choose one of 2080ti,"),
     ("pretrain", [*TINY, "arch=crammed"], "unknown arch=crammed; choose one of bert-base,"),
@@ -310,6 +323,8 @@ CASES = [  # (command, arguments, what the one line must contain)
      "line 2: expected 4 tab-separated fields, found 2"),
     ("eval_glue", ["ckpt={good}", "output_dir={root}/g", "eval.tasks=[stsb]", "eval.data_dir={glue_nan}"],
      "STS-B/train.tsv, line 2: label 'nan' is not a score between 0 and 5"),
+    ("eval_glue", ["ckpt={good}", "output_dir={root}/g", "eval.tasks=[rte]", "eval.data_dir={glue_latin1}"],
+     "{glue_latin1}/RTE/train.tsv, line 402: not valid UTF-8 (invalid continuation byte at byte 19932)"),
     ("eval_glue", ["ckpt={good}", "output_dir={root}/g", "eval.tasks=[rte]", f"eval.data_dir={GLUE_DIR}",
                    "eval.max_train_examples=32", "eval.epochs=1", "eval.lr=1e30"],
      "rte: the model's outputs on"),

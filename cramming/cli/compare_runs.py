@@ -12,7 +12,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from cramming.errors import exit_on_user_error
+from cramming.errors import CrammingError, exit_on_user_error
 from cramming.files import read_json_object
 from cramming.runs import comparison_path, differences, run_checkpoint, run_config
 from cramming.train.plots import plot_comparison
@@ -31,8 +31,11 @@ class RunRecord:
 
 def read_run(run_dir: Path) -> RunRecord:
     """A run directory's resolved config (the one it trained with last), provenance (summary.json, else its
-    newest checkpoint) and records."""
+    newest checkpoint) and records; a directory without config.yaml or metrics.jsonl is an error."""
     config = OmegaConf.to_container(run_config(run_dir))
+    if not (run_dir / "metrics.jsonl").is_file():  # an empty one (no step logged yet) is a run, compared as such
+        raise CrammingError(f"{run_dir}: no metrics.jsonl; is it a pretraining run directory? (a run writes it at "
+                            "its first logged step)")
     provenance = None
     if (run_dir / "summary.json").is_file():
         provenance = read_json_object(run_dir / "summary.json").get("provenance")

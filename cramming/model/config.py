@@ -5,6 +5,7 @@ Every key is used and any other key is rejected; a value that cannot build a mod
 """
 
 import dataclasses
+import math
 from typing import Any, Mapping
 
 from hydra.core.config_store import ConfigStore
@@ -96,8 +97,8 @@ def check_model_config(cfg: ModelConfig) -> None:
         raise CrammingError(f"arch.local_attention ({cfg.local_attention}) must be even: half of the window "
                             "lies on each side of the query")
     for key in ("global_rope_theta", "local_rope_theta"):
-        if not getattr(cfg, key) > 1.0:
-            raise CrammingError(f"arch.{key} must be greater than 1, got {getattr(cfg, key)}")
+        if not (math.isfinite(getattr(cfg, key)) and getattr(cfg, key) > 1.0):
+            raise CrammingError(f"arch.{key} must be a finite number greater than 1, got {getattr(cfg, key)}")
     for key, (acts, setting) in _ACTS_ONLY_WITH.items():
         if getattr(cfg, key) != _DEFAULTS[key] and not acts(cfg):
             raise CrammingError(f"arch.{key}={getattr(cfg, key)} has no effect without {setting}")

@@ -86,6 +86,17 @@ def test_malformed_row_is_a_one_line_error_naming_file_and_line(tmp_path):
     assert f"{tmp_path / 'RTE' / 'train.tsv'}, line 3: expected 4 tab-separated fields, found 2" in message
 
 
+def test_a_test_file_that_is_not_utf8_is_one_line_naming_its_line_and_byte(tmp_path):
+    """A test split (read for eval.predict_test) saved as Latin-1 after a UTF-8 BOM: the offset counts the file's
+    bytes, the BOM's included."""
+    path = tmp_path / "SST-2" / "test.tsv"
+    path.parent.mkdir()
+    path.write_bytes(b"\xef\xbb\xbf" + "index\tsentence\n0\tfine\n1\tcaf\xe9\n".encode("latin-1"))
+    with pytest.raises(CrammingError) as error:
+        TASKS["sst2"].load_test(TASKS["sst2"].eval_splits[0], str(tmp_path))
+    assert str(error.value) == f"{path}, line 3: not valid UTF-8 (invalid continuation byte at byte 30)"
+
+
 def test_unknown_label_is_malformed(tmp_path):
     _write_rte(tmp_path, ["0\ta\tb\tmaybe"])
     with pytest.raises(CrammingError, match="line 2: label 'maybe' is not entailment or not_entailment"):

@@ -107,6 +107,12 @@ def bad_folder(root: Path, damage) -> Path:
     return root
 
 
+def latin1_csv(root: Path) -> None:
+    """train.tsv replaced by a train.csv saved as Latin-1, not UTF-8."""
+    (root / "train.tsv").unlink()
+    (root / "train.csv").write_bytes("id,review,sentiment\nr0,un film tr\xe8s bon,positive\n".encode("latin-1"))
+
+
 CASES = [  # (extra arguments, or a damage to the folder; what the one line says)
     (lambda root: write_tsv(root / "dev.tsv", reviews(5, 1), header=("id", "text", "sentiment")),
      "dev.tsv, line 1: the header lacks the column(s) review"),
@@ -115,6 +121,7 @@ CASES = [  # (extra arguments, or a damage to the folder; what the one line says
     (lambda root: (root / "dev.tsv").write_text(""), "dev.tsv: no examples (an empty file)"),
     (lambda root: (root / "train.tsv").write_text("id\treview\tsentiment\n"), "train.tsv: no examples (only a header)"),
     (lambda root: write_tsv(root / "train.csv", []), "holds both train.tsv and train.csv; it needs one of them"),
+    (latin1_csv, "{folder}/train.csv, line 2: not valid UTF-8 (invalid continuation byte at byte 33)"),
     (lambda root: (root / "dev.tsv").unlink(), "holds neither of dev.tsv and dev.csv; it needs one of them"),
     (["eval.local.labels=null"], "eval.local.labels is null: list the label strings in the order of their ids"),
     (["eval.local.labels=null", "eval.local.metric=f1"], "eval.local.metric=f1 scores classes but eval.local.labels="

@@ -66,7 +66,8 @@ def test_unknown_key_rejected():
         ({"positions": "rope", "hidden_size": 60}, "positions=rope .* the head size \\(15\\) must be even"),
         ({"global_attn_every_n_layers": 0}, "arch.global_attn_every_n_layers must be a positive integer"),
         ({"global_attn_every_n_layers": 2, "local_attention": 7}, "arch.local_attention \\(7\\) must be even"),
-        ({"positions": "rope", "local_rope_theta": 0.5}, "arch.local_rope_theta must be greater than 1"),
+        ({"positions": "rope", "local_rope_theta": 0.5}, "arch.local_rope_theta must be a finite number greater "
+                                                          "than 1, got 0.5"),
         ({"global_rope_theta": 5e5}, "arch.global_rope_theta=500000.0 has no effect without arch.positions=rope"),
         ({"local_attention": 64}, "arch.local_attention=64 has no effect without sliding-window layers"),
         ({"positions": "rope", "local_rope_theta": 5e4}, "local_rope_theta=50000.0 has no effect without"),

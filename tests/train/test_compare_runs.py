@@ -1,5 +1,6 @@
 """scripts/compare_runs.py on two real runs: the config key and the package version that differ, the
-data, the curves side by side; a directory that is not a run is a one-line error."""
+data, the curves side by side; a directory that is not a run (no config.yaml, no metrics.jsonl) is a
+one-line error."""
 
 import json
 import subprocess
@@ -43,3 +44,17 @@ def test_a_directory_that_is_not_a_run_is_one_line(tmp_path):
     shown = subprocess.run([*COMMAND, str(tmp_path), str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert shown.returncode == 2 and "Traceback" not in shown.stderr
     assert shown.stderr.strip() == f"error: {tmp_path}: no config.yaml; is it a pretraining run directory?"
+
+
+def test_a_run_without_metrics_is_one_line_and_one_with_no_step_logged_compares(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("# 2026-01-01 00:00:00\nname: bert\n")  # as record_config writes it
+    shown = in_process("compare_runs", str(run), str(run), cwd=tmp_path)
+    assert shown.returncode == 2 and "Traceback" not in shown.stdout + shown.stderr and not shown.stdout
+    assert shown.stderr.strip() == (f"error: {run}: no metrics.jsonl; is it a pretraining run directory? "
+                                    "(a run writes it at its first logged step)")
+    (run / "metrics.jsonl").write_text("")  # started, no step logged yet
+    shown = in_process("compare_runs", str(run), str(run), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "loss: no step logged by both runs" in shown.stdout.splitlines()

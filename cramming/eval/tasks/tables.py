@@ -22,11 +22,26 @@ class Malformed(ValueError):
     """A row its task cannot read; the message says why, e.g. `label 'x' is not 0 or 1`."""
 
 
+def _not_utf8(path: Path) -> CrammingError:
+    """The one line for a file that is not UTF-8: the line and the byte offset of its first bad byte. The bytes
+    are decoded again, whole, since a text file's decoder counts offsets from the chunk it was reading."""
+    raw = path.read_bytes()
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        return CrammingError(f"{path}, line {line}: not valid UTF-8 ({error.reason} at byte {error.start})")
+    return CrammingError(f"{path}: not valid UTF-8")  # it decodes now: the file changed since it was read
+
+
 def lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, line without its line ending); splits on "\\n" only, drops a UTF-8 BOM."""
     with open(path, encoding="utf-8-sig", newline="\n") as file:
-        for number, line in enumerate(file, start=1):
-            yield number, line.removesuffix("\n").removesuffix("\r")
+        try:
+            for number, line in enumerate(file, start=1):
+                yield number, line.removesuffix("\n").removesuffix("\r")
+        except UnicodeDecodeError:
+            raise _not_utf8(path) from None
 
 
 def _rows(path: Path) -> Iterator[tuple[int, list[str]]]:
@@ -44,6 +59,8 @@ def _rows(path: Path) -> Iterator[tuple[int, list[str]]]:
                 start = reader.line_num + 1  # a quoted field may span lines
         except csv.Error as error:
             raise CrammingError(f"{path}, line {reader.line_num}: not readable as CSV ({error})") from None
+        except UnicodeDecodeError:
+            raise _not_utf8(path) from None
 
 
 def read_table(path: Path, columns: Sequence[str], parse: Callable[[dict[str, str]], Any],
@@ -55,25 +72,22 @@ def read_table(path: Path, columns: Sequence[str], parse: Callable[[dict[str, st
     header, read_any = implied_header, False
     position = None if header is None else {name: header.index(name) for name in columns}
     separated = "comma-separated" if path.suffix == ".csv" else "tab-separated"
-    try:
-        for number, fields in _rows(path):
-            read_any = True
-            if header is None:
-                header = tuple(fields)
-                absent = [name for name in columns if name not in header]
-                if absent:
-                    raise CrammingError(f"{path}, line 1: the header lacks the column(s) {', '.join(absent)}")
-                position = {name: header.index(name) for name in columns}
-                continue
-            try:
-                if len(fields) != len(header):
-                    raise Malformed(f"expected {len(header)} {separated} fields, found {len(fields)}")
-                examples.append(parse({name: fields[index] for name, index in position.items()}))
-            except Malformed as problem:
-                malformed.append(number)
-                first_problem = first_problem or f"{path}, line {number}: {problem}"
-    except UnicodeDecodeError as error:
-        raise CrammingError(f"{path}: not valid UTF-8 ({error.reason} at byte {error.start})") from None
+    for number, fields in _rows(path):
+        read_any = True
+        if header is None:
+            header = tuple(fields)
+            absent = [name for name in columns if name not in header]
+            if absent:
+                raise CrammingError(f"{path}, line 1: the header lacks the column(s) {', '.join(absent)}")
+            position = {name: header.index(name) for name in columns}
+            continue
+        try:
+            if len(fields) != len(header):
+                raise Malformed(f"expected {len(header)} {separated} fields, found {len(fields)}")
+            examples.append(parse({name: fields[index] for name, index in position.items()}))
+        except Malformed as problem:
+            malformed.append(number)
+            first_problem = first_problem or f"{path}, line {number}: {problem}"
 
     rows = len(examples) + len(malformed)
     if rows == 0:

@@ -144,14 +144,15 @@ def comparison_figure(runs: list[tuple[str, list[dict]]]) -> Figure:
 
 
 class PlotRefresh(Callback):
-    """Rank 0 redraws the run's plots after a step checkpoint is written (at most every REDRAW_EVERY_S), so a
-    run that crashes has plots up to the checkpoint it resumes from. `newest`: the newest checkpoint written."""
+    """Rank 0 redraws the run's plots after a step checkpoint is written, at most every REDRAW_EVERY_S and
+    the first time REDRAW_EVERY_S into the run (a run's end draws its own), so a run that crashes has plots
+    up to about the checkpoint it resumes from. `newest`: the newest checkpoint written."""
 
     name = "plot_refresh"
 
     def __init__(self, newest: Callable[[], Path | None]):
         self.newest, self.drawn_for = newest, newest()
-        self.drawn_at = -REDRAW_EVERY_S
+        self.drawn_at = time.perf_counter()
 
     def after_step(self, state: TrainState) -> None:
         newest = self.newest()

@@ -1,10 +1,12 @@
 """The plots of a GPU run (MFU and NVML telemetry present), drawn from a metrics.jsonl written here."""
 
 import json
+from types import SimpleNamespace
 
 from matplotlib.image import imread
 
-from cramming.train.plots import plot_run
+from cramming.train import plots
+from cramming.train.plots import REDRAW_EVERY_S, PlotRefresh, plot_run
 
 
 def test_a_gpu_runs_plots_include_mfu_and_the_gpu_panels(tmp_path):
@@ -20,6 +22,24 @@ def test_a_gpu_runs_plots_include_mfu_and_the_gpu_panels(tmp_path):
     assert sizes == {"loss": (400, 1100), "schedules": (400, 1100), "throughput": (400, 1100),
                      "hardware": (800, 1100)}
 
+
+def test_plots_are_redrawn_after_a_new_checkpoint_at_most_every_five_minutes_from_the_start(monkeypatch):
+    """A redraw takes about a second: none in a run's first REDRAW_EVERY_S (its end draws its own), then
+    at the first new checkpoint each REDRAW_EVERY_S."""
+    now, drawn, newest = [1000.0], [], ["step-1"]
+    monkeypatch.setattr(plots.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(plots, "plot_run", drawn.append)
+    refresh = PlotRefresh(lambda: newest[0])
+    state = SimpleNamespace(run_dir="run")
+    for seconds, checkpoint, draws in [(1, "step-2", 0), (REDRAW_EVERY_S - 2, "step-3", 0),  # too soon
+                                       (REDRAW_EVERY_S, "step-3", 1),  # a checkpoint not drawn yet
+                                       (REDRAW_EVERY_S + 5, "step-4", 1),  # too soon after that draw
+                                       (2 * REDRAW_EVERY_S, "step-4", 2),
+                                       (3 * REDRAW_EVERY_S, "step-4", 2)]:  # no checkpoint since that draw
+        now[0], newest[0] = 1000.0 + seconds, checkpoint
+        refresh.after_step(state)
+        assert len(drawn) == draws, (seconds, checkpoint)
+    assert drawn == ["run", "run"]
 
 
 def test_token_labels_do_not_run_together_and_a_one_record_run_is_drawn():

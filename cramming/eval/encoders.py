@@ -21,7 +21,6 @@ from cramming.library_noise import without_load_report
 from cramming.eval.config import HF_PREFIX  # noqa: F401  (where it was first; it lives in the light config module)
 from cramming.eval.parameter_efficient import LoraSettings
 from cramming.model.checkpoint import build_classifier_from_pretrained, read_config, save_pretrained
-from cramming.model.export import export_to_transformers
 from cramming.model.initialization import init_module
 
 log = logging.getLogger(__name__)
@@ -86,6 +85,8 @@ def _cramming_encoder(directory: str, dropout: float) -> PretrainedEncoder:
     # Our models have no segment embeddings: pairs are told apart by [SEP] alone.
     tokenizer.model_input_names = ["input_ids", "attention_mask"]
     def save(model, folder):
+        from cramming.model.export import export_to_transformers  # transformers' model classes: seconds to import
+
         with tempfile.TemporaryDirectory() as checkpoint:
             save_pretrained(model, checkpoint, tokenizer)
             export_to_transformers(checkpoint, folder)

@@ -1,8 +1,9 @@
 """Several processes under torchrun with gloo, as DESIGN §6 asks: each rank's collectives time out after a few
 seconds (tests/rank_shim.py), rank 0's data preparation and GLUE are made slower than that, and the run must
-still complete: no rank waits in a collective on work of unbounded length. The same run counts the host syncs
-of every training-loop iteration: the stop decision, the validation schedule and the mid-step budget check no
-longer read a collective at every step (the ranks agree every few steps: cramming.train.stopping)."""
+still complete under the default stop (the budget): no rank waits in a collective on work of unbounded length.
+The same run counts the host syncs of every training-loop iteration: the stop decision, the validation schedule
+and the mid-step budget check no longer read a collective at every step (the ranks agree every few steps:
+cramming.train.stopping)."""
 
 import json
 import os
@@ -19,6 +20,7 @@ from tests.train.runs import summary
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
 GROUP_TIMEOUT_S = 8
 SLOWER_BY_S = 2 * GROUP_TIMEOUT_S
+BUDGET_HOURS = 0.006
 GLUE_DIR = SHARED_DATA / "glue"
 
 
@@ -31,7 +33,7 @@ def slow_rank0_run(tmp_path_factory, session_cache):
                   "CRAMMING_TEST_SLOW_RANK0": f"prepare:{SLOWER_BY_S},glue:{SLOWER_BY_S}",
                   "CRAMMING_TEST_SYNCS": str(root / "syncs"), "CRAMMING_CACHE": str(session_cache),
                   "CRAMMING_SIMULATED_MICROBATCH_SECONDS": str(SIMULATED_MICROBATCH_SECONDS)}
-    arguments = ["--config-name", "quickstart", "budget=0.006", f"output_dir={root}", "logging.every_fraction=1",
+    arguments = ["--config-name", "quickstart", f"budget={BUDGET_HOURS}", f"output_dir={root}", "logging.every_fraction=1",
                  "train.validation.fractions=[]",
                  "eval=glue", "eval.tasks=[rte]", f"eval.data_dir={GLUE_DIR}", "eval.max_train_examples=16",
                  "eval.epochs=1"]
@@ -51,6 +53,21 @@ def test_slow_preparation_and_glue_on_rank_0_do_not_time_out_the_other_rank(slow
     state = torch.load(run_dir / "checkpoints/final/trainer_state.pt", weights_only=True)
     assert state["fingerprint"]["world_size"] == 2
     assert json.loads((run_dir / "glue" / "glue_results.json").read_text())["glue_score_over"] == ["rte"]
+
+
+@pytest.mark.slow
+def test_the_default_budget_stop_ends_both_ranks_and_rank_0_tells_the_story_once(slow_rank0_run):
+    """The default stopping rule (budget, no max_steps) once crashed both ranks. The budget is GPU-hours: two
+    processes get half of it in wall time each. The run's lines appear once, not once per rank."""
+    root, run = slow_rank0_run
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    lines = (run.stdout + run.stderr).splitlines()
+    for start in ("run ", "validation: ", "done: ", "summary: "):
+        assert len([line for line in lines if line.startswith(start)]) == 1, start
+    (run_dir,) = (root / "quickstart").iterdir()
+    facts = summary(run_dir)
+    assert facts["stop_reason"] == "budget" and facts["budget_wall_s"] == pytest.approx(BUDGET_HOURS * 3600 / 2)
+    assert (run_dir / "checkpoints" / "final" / "model.safetensors").is_file()
 
 
 @pytest.mark.slow

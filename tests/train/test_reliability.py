@@ -186,7 +186,8 @@ def test_a_torn_last_metrics_line_is_dropped_on_resume(shared_cache, tmp_path, c
     assert [r["step"] for r in records(run_dir)] == list(range(1, 9))
 
 
-SIGNALLED_RUN = [*STEP_RUN, "train.max_steps=40", "checkpoint.interval_minutes=100"]
+SIGNALLED_STEPS = 20
+SIGNALLED_RUN = [*STEP_RUN, f"train.max_steps={SIGNALLED_STEPS}", "checkpoint.interval_minutes=100"]
 
 
 def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_run_resumes_exactly(shared_cache, tmp_path):
@@ -201,7 +202,7 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_run_resumes_exac
     assert victim.returncode == 128 + signum and "Traceback" not in output
     run_dir = only_run(tmp_path / "b")
     step = summary(run_dir)["steps"]
-    assert 0 < step < 40 and summary(run_dir)["stop_reason"] == "interrupted"
+    assert 0 < step < SIGNALLED_STEPS and summary(run_dir)["stop_reason"] == "interrupted"
     assert output.strip().splitlines()[-1] == (
         f"interrupted: stopped at step {step}; checkpoint {run_dir / 'checkpoints' / f'step-{step:08d}'}; to go on, "
         f"run the same command with resume={run_dir}")

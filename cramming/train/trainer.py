@@ -178,31 +178,33 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
 
     stop_reason, summary = "error", None
     try:
-        try:
-            # Ctrl-C / SIGTERM: stop after the step, with a checkpoint; log lines go above a progress bar
-            with stopping.interrupt, logging_redirect_tqdm() if bar else contextlib.nullcontext():
-                stop_reason = run_loop(state, step, agreement, schedule, callbacks, sequences * seq_length)
-            dist.leave()  # the last collective is behind: rank 0's record (plots, summary) waits for no one
-        except (NonFiniteLossError, NonFiniteWeightsError) as error:
-            stop_reason = "non-finite"
-            checkpointer.discard_unconfirmed()
-            raise type(error)(f"{error}; {resume_advice(checkpointer.last_good, cfg)}") from None
-        except KeyboardInterrupt:
-            stop_reason = "interrupted"
-            raise
-        finally:  # however training ended, leave its record (rank 0)
-            for progress_bar in bar:
-                progress_bar.close()
-            if dist.is_main:
-                summary = _leave_record(RunFacts(
-                    records=[], stop_reason=stop_reason, progress=vars(progress), budget_hours=cfg.budget,
-                    wall_budget=clock.budget_seconds, session_training_s=progress.elapsed - clock.elapsed_before,
-                    session_wall_s=time.perf_counter() - started, first_steps=logger.first_steps,
-                    peak_memory=peak_memory_gb(settings.device), energy_wh=None, flops_per_token=flops_per_token,
-                    peak_tflops=present.peak_tflops, provenance=run_provenance,
-                    microbatch={"size": settings.microbatch_size, "source": microbatch_source},
-                    held_out_rows=dataset.held_out_rows, validation_s=clock.paused_seconds,
-                    stop_detail=stopping.early_stop, step_timing=step.timing), run_dir, logger, wandb)
+        # Ctrl-C / SIGTERM: stop after the step with a checkpoint, then leave the run's record; a second signal,
+        # while training or while the record is written, exits at once
+        with stopping.interrupt:
+            try:
+                with logging_redirect_tqdm() if bar else contextlib.nullcontext():  # log lines above a progress bar
+                    stop_reason = run_loop(state, step, agreement, schedule, callbacks, sequences * seq_length)
+                dist.leave()  # the last collective is behind: rank 0's record (plots, summary) waits for no one
+            except (NonFiniteLossError, NonFiniteWeightsError) as error:
+                stop_reason = "non-finite"
+                checkpointer.discard_unconfirmed()
+                raise type(error)(f"{error}; {resume_advice(checkpointer.last_good, cfg)}") from None
+            except KeyboardInterrupt:
+                stop_reason = "interrupted"
+                raise
+            finally:  # however training ended, leave its record (rank 0)
+                for progress_bar in bar:
+                    progress_bar.close()
+                if dist.is_main:
+                    summary = _leave_record(RunFacts(
+                        records=[], stop_reason=stop_reason, progress=vars(progress), budget_hours=cfg.budget,
+                        wall_budget=clock.budget_seconds, session_training_s=progress.elapsed - clock.elapsed_before,
+                        session_wall_s=time.perf_counter() - started, first_steps=logger.first_steps,
+                        peak_memory=peak_memory_gb(settings.device), energy_wh=None, flops_per_token=flops_per_token,
+                        peak_tflops=present.peak_tflops, provenance=run_provenance,
+                        microbatch={"size": settings.microbatch_size, "source": microbatch_source},
+                        held_out_rows=dataset.held_out_rows, validation_s=clock.paused_seconds,
+                        stop_detail=stopping.early_stop, step_timing=step.timing), run_dir, logger, wandb)
         if stop_reason == "interrupted":
             written = f"checkpoint {checkpointer.newest}" if checkpointer.newest else "no checkpoint yet"
             raise Interrupted(f"stopped at step {progress.step}; {written}; to go on, run the same command with "

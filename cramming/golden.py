@@ -58,8 +58,9 @@ def pretrain_overrides(corpus: Path, workdir: Path) -> list[str]:
 
 
 def run_pretraining(workdir: Path, extra_overrides: tuple[str, ...] = ()) -> tuple[dict, Path]:
-    """The golden pretraining in this process (with `extra_overrides`, a deliberately changed one): its
-    numbers (losses at CHECKED_STEPS, validation loss, norm of the final weights) and final checkpoint."""
+    """The golden pretraining in this process (with `extra_overrides`, a deliberately changed one, or a
+    shorter train.max_steps): its numbers (losses at the CHECKED_STEPS it reached, validation loss, norm of
+    the final weights) and final checkpoint."""
     from cramming import compose_config
     from cramming.data.prepare import prepare_dataset
     from cramming.train.config import PretrainConfig  # noqa: F401  (registers the schemas)
@@ -77,7 +78,8 @@ def run_pretraining(workdir: Path, extra_overrides: tuple[str, ...] = ()) -> tup
     dataset, _ = prepare_dataset(OmegaConf.to_object(cfg.data), cfg.cache_dir)
     loss = validate(model, dataset, cfg.train.mlm_rate)["val_loss"]  # the held-out rows (data.validation_rows)
     norm = math.sqrt(sum(float(parameter.detach().double().square().sum()) for parameter in model.parameters()))
-    numbers = {"losses": {str(step): records[step] for step in CHECKED_STEPS}, "validation_loss": round(loss, 6),
+    losses = {str(step): records[step] for step in CHECKED_STEPS if step in records}  # all, unless shortened
+    numbers = {"losses": losses, "validation_loss": round(loss, 6),
                "weight_norm": round(norm, 6)}
     return numbers, checkpoint
 

@@ -49,12 +49,30 @@ def _marker(points: int, of: int) -> str | None:
     return "o" if points <= 2 or points < of / 2 else None
 
 
+# Margins around and between panels, in inches: room for tick labels, axis labels and the title. Fixed margins
+# draw a figure in about half the time matplotlib's constrained layout takes to compute them.
+MARGIN_IN = {"left": 0.85, "right": 0.15, "bottom": 0.55, "top": 0.45, "between_columns": 0.95, "between_rows": 0.75}
+
+
+def _figure(columns: int, rows: int) -> Figure:
+    """A figure of rows x columns panels, 5.5 x 4 inches each, on the Agg canvas."""
+    width, height = 5.5 * columns, 4 * rows
+    figure = Figure(figsize=(width, height))
+    FigureCanvasAgg(figure)
+    panel_width = (width - MARGIN_IN["left"] - MARGIN_IN["right"] - (columns - 1) * MARGIN_IN["between_columns"]) / columns
+    panel_height = (height - MARGIN_IN["bottom"] - MARGIN_IN["top"] - (rows - 1) * MARGIN_IN["between_rows"]) / rows
+    figure.subplots_adjust(left=MARGIN_IN["left"] / width, right=1 - MARGIN_IN["right"] / width,
+                           bottom=MARGIN_IN["bottom"] / height, top=1 - MARGIN_IN["top"] / height,
+                           wspace=MARGIN_IN["between_columns"] / panel_width,  # fractions of a panel's size
+                           hspace=MARGIN_IN["between_rows"] / panel_height)
+    return figure
+
+
 def _save(panels: list[tuple], path: Path, title: str) -> Path:
     """Draw one figure of panels, two to a row, each (x, x label, y, y label); y is one series or a dict of
     labelled series (a legend is drawn); None values are skipped."""
     columns, rows = min(len(panels), 2), (len(panels) + 1) // 2
-    figure = Figure(figsize=(5.5 * columns, 4 * rows), layout="constrained")
-    FigureCanvasAgg(figure)
+    figure = _figure(columns, rows)
     grid = figure.subplots(rows, columns, squeeze=False).flatten()
     for axes in grid[len(panels):]:
         axes.set_visible(False)
@@ -130,8 +148,7 @@ def comparison_figure(runs: list[tuple[str, list[dict]]]) -> Figure:
     scale, unit = _time_unit(max(records[-1]["elapsed"] for _, records in runs))
     by_time = [([r["elapsed"] / scale for r in records], label, records) for label, records in runs]
     by_tokens = [([r["tokens"] for r in records], label, records) for label, records in runs]
-    figure = Figure(figsize=(11, 4), layout="constrained")
-    FigureCanvasAgg(figure)
+    figure = _figure(columns=2, rows=1)
     for axes, curves, x_label in zip(figure.subplots(1, 2), (by_time, by_tokens), (f"training time ({unit})", "tokens")):
         for x, label, records in curves:
             axes.plot(x, [r["loss"] for r in records], label=label, linewidth=1.2, marker=_marker(len(x), len(x)))

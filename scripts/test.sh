@@ -10,7 +10,7 @@ if [[ "${1:-}" == "--locked" ]]; then
 fi
 bash scripts/setup.sh ${setup[@]+"${setup[@]}"}
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=offline
-# One test process per core (at most 4), each with one torch thread (tests/conftest.py); work-stealing, so the
-# long end-to-end runs do not queue behind each other at the end.
+# One test process per core (at most 4), each with one torch thread (tests/conftest.py); whole modules to a
+# worker, so a module's shared runs are made once, the modules with the most long runs first (tests/conftest.py).
 workers=$(python3 -c "from cramming.threads import usable_cores; print(min(4, usable_cores()))")
-python3 -m pytest -q -n "$workers" --dist worksteal "$@"
+python3 -m pytest -q -n "$workers" --dist loadscope "$@"

@@ -1,5 +1,6 @@
-"""Shared test set-up: offline hub, offline W&B, a private cache, and fast CPU math."""
+"""Shared test set-up: offline hub, offline W&B, a private cache, fast CPU math, and the order modules run in."""
 
+import collections
 import os
 from pathlib import Path
 
@@ -17,6 +18,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 import torch  # noqa: E402
 
 torch.set_flush_denormal(True)
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """The modules with the most end-to-end runs (marked slow) first, each module's tests together and in their
+    order: scripts/test.sh hands whole modules to the workers (pytest-xdist --dist loadscope, so a module's
+    fixtures run once, not once per worker), and the long modules starting first lets the workers end together."""
+    slow_tests = collections.Counter(item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow_tests[item.nodeid.split("::")[0]])  # stable: modules stay contiguous
+
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Subprocesses import this checkout's package: `python scripts/x.py` puts scripts/ first on sys.path, where

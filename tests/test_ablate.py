@@ -21,6 +21,7 @@ def ablate(*arguments: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_smoke_sweep_writes_the_table_and_the_plot_then_skips_finished_runs(shared_cache, tmp_path):
     out = tmp_path / "sweep"
     scored = (GLUE_DIR / "RTE").is_dir()  # the GLUE column where the GLUE files are at hand
@@ -84,6 +85,7 @@ def test_the_sweeps_later_rows_name_an_earlier_row_of_the_same_sweep(tmp_path):
         assert taught.train.distill.teacher == str(tmp_path / "runs" / "teacher-4-layers")
 
 
+@pytest.mark.slow
 def test_every_run_of_every_shipped_sweep_composes_and_passes_the_checks_made_before_any_data():
     """A typo in a sweep YAML (a key, a value out of range, two techniques that conflict) would otherwise show
     only when its row's turn comes, possibly hours into the sweep."""

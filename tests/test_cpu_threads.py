@@ -25,6 +25,7 @@ def quickstart(tmp_path: Path, prefix: list[str], **env: str) -> tuple[str, dict
     return done.stdout + done.stderr, json.loads(summary.read_text())["provenance"]["device"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2, reason="needs taskset, 2 cores")
 def test_one_allowed_core_means_one_thread(tmp_path, shared_cache):
     console, device = quickstart(tmp_path, ["taskset", "-c", "0"])
@@ -32,6 +33,7 @@ def test_one_allowed_core_means_one_thread(tmp_path, shared_cache):
     assert device["threads"] == 1
 
 
+@pytest.mark.slow
 def test_omp_num_threads_is_the_users_choice(tmp_path, shared_cache):
     console, device = quickstart(tmp_path, [], OMP_NUM_THREADS="1")
     assert "cpu: 1 torch thread (OMP_NUM_THREADS)" in console

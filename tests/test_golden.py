@@ -21,6 +21,7 @@ def golden_run(workdir):
     return golden.run_pretraining(workdir)
 
 
+@pytest.mark.slow
 def test_pretraining_follows_the_golden_curve(golden_run):
     numbers, _ = golden_run
     assert golden.mismatches(golden.read(GOLDEN_DIR, golden.PRETRAIN_FILE), numbers) == []

@@ -50,11 +50,13 @@ def exported(tmp_path_factory, checkpoint) -> tuple[Path, list[str]]:
     return where / "hf", run("scripts/export.py", f"ckpt={checkpoint}", f"out={where / 'hf'}", cwd=where)
 
 
+@pytest.mark.slow
 def test_export_prints_only_its_own_lines(exported):
     _, lines = exported
     assert [line for line in lines if FOREIGN.search(line)] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["ours", "exported", "transformers"])
 def test_eval_glue_prints_only_its_own_lines(tmp_path, checkpoint, exported, kind):
     ckpt = {"ours": str(checkpoint), "exported": f"hf:{exported[0]}",

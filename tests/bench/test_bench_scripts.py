@@ -19,6 +19,7 @@ def rounded_ratio_fits(ratio: float, top: float, bottom: float, rate_step: float
     return low - ratio_step / 2 <= ratio <= high + ratio_step / 2
 
 
+@pytest.mark.slow
 def test_glue_speed_compares_padded_and_unpadded(tmp_path):
     if not (SHARED_DATA / "glue" / "RTE").is_dir():
         pytest.skip("GLUE TSV files not found")

@@ -58,6 +58,7 @@ def test_benchmark_writes_results(tmp_path):
     assert executed["ema"] == pytest.approx(report["ours"]["executed_flops_per_token"])
 
 
+@pytest.mark.slow
 def test_compile_counts_see_a_recompilation():
     """The benchmark's recompilation count is torch.compile's own graph count: a new input shape (static
     shapes asked for) compiles a second graph, the same shape again does not."""

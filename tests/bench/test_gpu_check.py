@@ -36,6 +36,7 @@ def test_without_cuda_it_refuses_in_one_line(tmp_path):
         "error: gpu_check needs a CUDA GPU (torch.cuda.is_available() is False here)")
 
 
+@pytest.mark.slow
 def test_every_stage_runs_through_the_command_line_as_a_cpu_dry_run(tmp_path):
     """`python scripts/gpu_check.py stage=all device=cpu` as a user types it: the GPU suite (skipped here),
     the benchmark, pretraining and GLUE on its checkpoint, composed inside gpu_check's own Hydra app
@@ -68,6 +69,7 @@ def test_every_stage_runs_through_the_command_line_as_a_cpu_dry_run(tmp_path):
         assert "| rte | accuracy " in report
 
 
+@pytest.mark.slow
 def test_the_quick_check_runs_each_part_in_its_own_process_and_stops_one_at_its_limit(tmp_path):
     """stage=quick as a user types it, with the bench part given 1 s: it is stopped and reported, the parts
     after it still run, every part's result is in output_dir as it ends, and the command fails at the end."""

@@ -55,6 +55,7 @@ def test_ranks_shapes_with_a_loss_fit_and_writes_outputs(tmp_path):
     assert (tmp_path / "out" / "2080ti-24h.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_fit_then_check_on_this_machine(tmp_path):
     result = run(tmp_path, "budget=0.01", "gpu=cpu", "fit=true", "check=true", "check_seconds=1", *TOY)
     assert result.returncode == 0, result.stderr

@@ -62,6 +62,7 @@ def test_a_changed_meta_json_is_rebuilt_not_trusted(cache_dir):
     assert json.loads(meta_path.read_text())["vocab_size"] == meta["vocab_size"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["consistent meta.json", "token_counts.npy"])
 def test_any_changed_file_of_a_prepared_dataset_is_rebuilt_before_training(cache_dir, damage):
     """Every file is covered, token_counts.npy too; a meta.json changed along with its own checksum still
@@ -82,6 +83,7 @@ def test_any_changed_file_of_a_prepared_dataset_is_rebuilt_before_training(cache
     assert message in run.stdout + run.stderr and "rebuilding it" in run.stdout + run.stderr
 
 
+@pytest.mark.slow
 def test_real_gutenberg_shard_with_an_unquoted_glob(cache_dir, gutenberg_valid):
     pattern = str(gutenberg_valid).replace("valid-000", "valid-00[0]")
     run = prepare("data=local", f"data.files={pattern}", "data.tokenizer.vocab_size=8192",

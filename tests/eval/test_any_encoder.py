@@ -54,6 +54,7 @@ def test_our_export_scores_what_our_checkpoint_scores(rte_checkpoint, tmp_path):
     assert history[0] == history[1]
 
 
+@pytest.mark.slow
 def test_a_transformers_bert_folder_is_scored_with_its_segment_ids(bert_folder, tmp_path):
     encoder = open_encoder(f"hf:{bert_folder}", dropout=0.1)
     assert encoder.uses_token_types and encoder.max_positions == 128

@@ -33,6 +33,7 @@ def saved_classifier(folder, num_labels: int):
     (3, "rte", "the checkpoint's 3-label head re-initialised for 2 labels: classifier.bias, classifier.weight"),
     (2, "stsb", "the checkpoint's 2-label head re-initialised for 1 label: classifier.bias, classifier.weight"),
 ])
+@pytest.mark.slow
 def test_a_classifier_with_another_label_count_gets_a_fresh_head(tmp_path, saved_labels, task, message):
     if not GLUE_DIR.is_dir():
         pytest.skip(f"GLUE TSV files not found at {GLUE_DIR}")

@@ -9,6 +9,7 @@ from cramming.model import build_mlm_model
 from .conftest import arch_config, mlm_batch
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["crammed-bert-tiny", "modern-bert-tiny"])
 def test_compile_fullgraph_matches_eager(name):
     torch.manual_seed(0)

@@ -76,6 +76,7 @@ def test_a_callback_can_change_the_loss_that_is_trained(shared_cache, tmp_path):
     assert records(scaled)[0]["loss"] == pytest.approx(2 * records(plain)[0]["loss"], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_callback_and_logging_state_survive_an_interruption(shared_cache, tmp_path):
     """Records every 3 steps; interrupted before step 6 (the last checkpoint, step 5, holds a partial
     logging window of steps 4 and 5), then resumed: the records equal an uninterrupted run's."""

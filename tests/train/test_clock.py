@@ -5,6 +5,8 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import pytest
+
 from cramming.train.stopping import BudgetClock, time_source
 from tests.conftest import REPO_ROOT
 from tests.train.runs import TINY_RUN, only_run, summary
@@ -42,6 +44,7 @@ def test_simulated_time_advances_with_the_microbatches_trained(monkeypatch):
     assert clock.expired()
 
 
+@pytest.mark.slow
 def test_a_budget_run_on_simulated_time_buys_the_same_microbatches_on_any_machine(shared_cache, tmp_path,
                                                                                    simulated_clock):
     """The command line as a user runs it, with the environment variable the budget-clocked tests use: the

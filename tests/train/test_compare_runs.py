@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from cramming.train.trainer import pretrain
@@ -16,6 +17,7 @@ from tests.train.runs import STEP_RUN, compose_config
 COMMAND = [sys.executable, str(REPO_ROOT / "scripts" / "compare_runs.py")]
 
 
+@pytest.mark.slow
 def test_two_runs_differing_in_one_key_and_one_package(shared_cache, tmp_path):
     base = STEP_RUN + ["train.max_steps=3"]
     run_a = pretrain(compose_config(base + [f"output_dir={tmp_path / 'a'}"]))

@@ -9,6 +9,7 @@ from cramming.train.trainer import pretrain
 from tests.train.runs import STEP_RUN, compose_config, records
 
 
+@pytest.mark.slow
 def test_two_deterministic_runs_are_bit_identical(shared_cache, tmp_path):
     runs = [pretrain(compose_config(STEP_RUN + ["impl.deterministic=true", f"output_dir={tmp_path / name}"]))
             for name in ("a", "b")]

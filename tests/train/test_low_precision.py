@@ -77,6 +77,7 @@ def test_fp8_converts_exactly_the_encoder_layers_linears(arch):
     assert all(p.grad is not None for p in model.bert.layer.parameters())
 
 
+@pytest.mark.slow
 def test_adamw8bit_state_survives_a_checkpoint_round_trip():
     """The CPU refuses adamw8bit in training, but its optimizer runs on CPU tensors: its 8-bit state goes
     through what a checkpoint does (finite check, torch.save, weights-only load, load_state_dict) and the

@@ -6,6 +6,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT
 from tests.train.runs import STEP_RUN, copy_run, only_run, records, summary
@@ -14,6 +16,7 @@ from tests.train.test_reliability import run_cli
 KILL_INSIDE_WRITE = str(REPO_ROOT / "tests" / "kill_inside_write.py")
 
 
+@pytest.mark.slow
 def test_a_kill_while_a_resume_rewrites_the_metrics_loses_no_record(shared_cache, tmp_path, straight_run):
     """A resume rewrites metrics.jsonl without the records past its checkpoint; killed inside that rewrite,
     the run keeps every record (the old file or the new one, never an empty one)."""

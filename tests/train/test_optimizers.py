@@ -48,6 +48,7 @@ def test_an_explicit_hyperparameter_beats_the_optimizers_default(shared_cache, t
 
 
 # pytorch-optimizer state; Muon's two kinds of group; Sophia's Hessian estimates (every other step here)
+@pytest.mark.slow
 @pytest.mark.parametrize("name, extra", [("lion", []), ("muon", []), ("sophia", ["train.optim.hessian_every=2"])])
 def test_optimizer_state_resumes_exactly(shared_cache, tmp_path, name, extra):
     straight = pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path / 'a'}", "train.max_steps=4",

@@ -32,6 +32,7 @@ def pretrain(*overrides: str, launcher=(sys.executable,), wait=True):
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=os.environ.copy())
 
 
+@pytest.mark.slow
 def test_budget_run_finishes_on_time_and_leaves_its_outputs(shared_cache, tmp_path, simulated_clock):
     budget_hours = 0.002  # 7.2 s
     run = pretrain(*TINY_RUN, f"budget={budget_hours}", f"output_dir={tmp_path}", "logging.every_steps=1")
@@ -49,6 +50,7 @@ def test_budget_run_finishes_on_time_and_leaves_its_outputs(shared_cache, tmp_pa
     assert {"step", "elapsed", "tokens", "loss", "lr", "batch_size", "tokens_per_s"} <= set(lines[-1])
 
 
+@pytest.mark.slow
 def test_sigkill_and_resume_match_an_uninterrupted_run(shared_cache, tmp_path, straight_run):
     victim = pretrain(*STEP_RUN, f"output_dir={tmp_path / 'b'}", wait=False)
     deadline = time.time() + 300
@@ -86,6 +88,7 @@ def png_size(path: Path) -> tuple[int, int]:
     return width, height
 
 
+@pytest.mark.slow
 def test_quickstart_leaves_summary_plots_and_a_wandb_run_and_two_runs_overlay(shared_cache, tmp_path, simulated_clock):
     budget_hours = 0.001  # 3.6 s
     run = pretrain("--config-name", "quickstart", "wandb=offline", f"budget={budget_hours}",

@@ -81,6 +81,7 @@ def test_torchrun_killed_and_resumed_matches_an_uninterrupted_run(shared_cache, 
     assert all(torch.equal(weights_a[key], weights_b[key]) for key in weights_a)
 
 
+@pytest.mark.slow
 def test_a_diverging_run_exits_non_zero_and_leaves_no_bad_checkpoint(shared_cache, tmp_path):
     """A learning rate of 1e30 overflows the logits after the first update: every loss after it is
     non-finite. The checkpoint of step 1 (whose weights led there) is removed, none is written after."""
@@ -106,6 +107,7 @@ class PoisonWeightsAt(Callback):
                 state.model.bert.embeddings.word_embeddings.weight[7, 0] = float("nan")
 
 
+@pytest.mark.slow
 def test_the_last_good_checkpoint_survives_pruning_and_resumes_with_a_lower_lr(shared_cache, tmp_path):
     cfg = STEP_RUN + [f"output_dir={tmp_path}", "train.max_steps=12", "train.max_nonfinite_steps=3",
                       "checkpoint.keep_last=1"]
@@ -190,6 +192,7 @@ SIGNALLED_STEPS = 20
 SIGNALLED_RUN = [*STEP_RUN, f"train.max_steps={SIGNALLED_STEPS}", "checkpoint.interval_minutes=100"]
 
 
+@pytest.mark.slow
 def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_run_resumes_exactly(shared_cache, tmp_path):
     """SIGTERM (a scheduler's preemption) to the CLI; Ctrl-C takes the same path (next test)."""
     arguments, signum = SIGNALLED_RUN, signal.SIGTERM
@@ -234,6 +237,7 @@ def test_ctrl_c_stops_after_the_step_with_a_checkpoint(shared_cache, tmp_path):
     assert signal.getsignal(signal.SIGINT) is before  # the handler is given back, whatever it was
 
 
+@pytest.mark.slow
 def test_a_second_signal_exits_at_once(shared_cache, tmp_path):
     """Steps of 32 microbatches (about a second here): the second SIGINT comes while the first waits for the
     step to end. (Two signals sent at once would arrive as one.)"""

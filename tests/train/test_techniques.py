@@ -55,6 +55,7 @@ def plain_run(tmp_path_factory, session_cache):
                                             "checkpoint.keep_last=1"]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("techniques", UNDER_THE_CLOCK)
 def test_the_techniques_train_the_quick_start_under_the_budget_clock(shared_cache, tmp_path, simulated_clock,
                                                                      techniques):
@@ -111,11 +112,13 @@ def assert_same_training(a, b) -> None:
     assert all(torch.equal(final[0][key], final[1][key]) for key in final[0])
 
 
+@pytest.mark.slow
 def test_sam_with_importance_sampling_resumes_exactly(shared_cache, tmp_path):
     both = ["train.optim.sam_rho=0.05", "train.sampling=importance", "train.max_steps=5"]
     assert_same_training(*straight_and_resumed(tmp_path, both, 4))
 
 
+@pytest.mark.slow
 def test_layer_drop_rigl_and_distillation_resume_exactly(shared_cache, tmp_path, plain_run):
     """A 4-layer student of the 2-layer plain run (same data and tokenizer), dropping layers, with RigL
     rewiring its masks every step: the resumed run equals the straight one; the masks moved and kept
@@ -136,6 +139,7 @@ def test_layer_drop_rigl_and_distillation_resume_exactly(shared_cache, tmp_path,
         assert ((weight != 0) <= final[name]).all(), name  # nothing outside the mask
 
 
+@pytest.mark.slow
 def test_stacking_resumes_exactly_after_a_growth_step(shared_cache, tmp_path, caplog):
     """Stages [2, 4] over 6 steps: the model grows before step 4 (progress 3/6); the checkpoint after
     step 4 holds the grown model and the copied optimizer state, and the resumed run goes on from it."""
@@ -340,6 +344,7 @@ def test_two_of_four_keeps_the_two_largest_of_every_four():
     assert two_of_four_mask(weight).int().tolist() == [[0, 1, 1, 0, 1, 1, 0, 0], [1, 0, 0, 1, 1, 0, 0, 1]]
 
 
+@pytest.mark.slow
 def test_semi_structured_sparsity_prunes_two_of_four_once_and_resumes_exactly(shared_cache, tmp_path, monkeypatch):
     """Its gate asks for a CUDA GPU of compute capability 8.0+, which cannot exist here: stood in for, the
     rest is the real run. Pruned after step 2 (progress 0.25); interrupted before step 3, resumed."""
@@ -359,6 +364,7 @@ class WeightsAtStart(Callback):
         self.weights = {name: p.detach().clone() for name, p in state.model.state_dict().items()}
 
 
+@pytest.mark.slow
 def test_a_lottery_ticket_is_the_dense_runs_mask_on_its_rewound_weights_and_resumes_exactly(shared_cache, tmp_path,
                                                                                            plain_run):
     """The plain run (3 steps) kept its checkpoint after step 2; rewound to it, the ticket run starts from
@@ -391,6 +397,7 @@ def test_a_lottery_ticket_is_the_dense_runs_mask_on_its_rewound_weights_and_resu
     assert all(torch.equal(at_init.weights[name], initial[name] * masks.get(name, 1)) for name in initial)
 
 
+@pytest.mark.slow
 def test_ema_trains_as_the_plain_run_resumes_exactly_and_its_final_model_is_the_average(shared_cache, tmp_path,
                                                                                         plain_run):
     """train.ema.decay: training runs on the raw weights (the plain run's losses, unchanged); a run
@@ -446,6 +453,7 @@ def test_a_bad_ema_setting_is_one_line(tmp_path, cache_dir, overrides, words):
     assert not cache_dir.exists()  # refused before any data was prepared
 
 
+@pytest.mark.slow
 def test_z_loss_adds_the_mean_squared_log_normalizer_and_resumes_exactly(shared_cache, tmp_path, plain_run):
     logits = torch.tensor([[[0.0, 0.0], [math.log(3.0), 0.0]]])  # (B=1, k=2, V=2): log Z = log 2, log 4
     both = (math.log(2) ** 2 + math.log(4) ** 2) / 2

@@ -77,8 +77,7 @@ def test_any_changed_file_of_a_prepared_dataset_is_rebuilt_before_training(cache
         meta = {**json.loads((directory / "meta.json").read_text()), "vocab_size": 16}
         (directory / "meta.json").write_text(json.dumps({**meta, "meta_sha256": store.meta_sha256(meta)}))
         message = "holds token id"
-    run = subprocess.run([sys.executable, str(REPO_ROOT / "pretrain.py"), *STEP_RUN, "train.max_steps=1",
-                          f"output_dir={cache_dir.parent / 'runs'}"], capture_output=True, text=True, timeout=300)
+    run = in_process("pretrain", *STEP_RUN, "train.max_steps=1", f"output_dir={cache_dir.parent / 'runs'}")
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
     assert message in run.stdout + run.stderr and "rebuilding it" in run.stdout + run.stderr
 

@@ -35,7 +35,7 @@ def pretrain(*overrides: str, launcher=(sys.executable,), wait=True):
 @pytest.mark.slow
 def test_budget_run_finishes_on_time_and_leaves_its_outputs(shared_cache, tmp_path, simulated_clock):
     budget_hours = 0.002  # 7.2 s
-    run = pretrain(*TINY_RUN, f"budget={budget_hours}", f"output_dir={tmp_path}", "logging.every_steps=1")
+    run = in_process("pretrain", *TINY_RUN, f"budget={budget_hours}", f"output_dir={tmp_path}", "logging.every_steps=1")
     assert run.returncode == 0, run.stderr
     run_dir = only_run(tmp_path)
     final = run_dir / "checkpoints" / "final"
@@ -59,7 +59,7 @@ def test_sigkill_and_resume_match_an_uninterrupted_run(shared_cache, tmp_path, s
         time.sleep(0.05)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
-    resumed = pretrain(*STEP_RUN, f"output_dir={tmp_path / 'b'}", "resume=latest")
+    resumed = in_process("pretrain", *STEP_RUN, f"output_dir={tmp_path / 'b'}", "resume=latest")
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming" in resumed.stdout
 

@@ -209,7 +209,7 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_run_resumes_exac
     assert output.strip().splitlines()[-1] == (
         f"interrupted: stopped at step {step}; checkpoint {run_dir / 'checkpoints' / f'step-{step:08d}'}; to go on, "
         f"run the same command with resume={run_dir}")
-    resumed = run_cli(*arguments, f"output_dir={tmp_path / 'b'}", f"resume={run_dir}")
+    resumed = in_process("pretrain", *arguments, f"output_dir={tmp_path / 'b'}", f"resume={run_dir}")
     assert resumed.returncode == 0, resumed.stderr
     weights_a, weights_b = final_weights(straight), final_weights(run_dir)
     assert all(torch.equal(weights_a[key], weights_b[key]) for key in weights_a)

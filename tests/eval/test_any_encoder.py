@@ -3,8 +3,6 @@ Auto classes. Our export scored that way gives our checkpoint's numbers; a plain
 own WordPiece tokenizer (segment ids included) scores too."""
 
 import json
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -16,7 +14,7 @@ from cramming.eval.encoders import open_encoder
 from cramming.eval.run import run_glue
 from cramming.eval.tasks.registry import TASKS
 from cramming.model.export import export_to_transformers
-from tests.conftest import REPO_ROOT
+from tests.commands import in_process
 
 from .conftest import GLUE_DIR
 
@@ -65,11 +63,8 @@ def test_a_transformers_bert_folder_is_scored_with_its_segment_ids(bert_folder, 
     classifier = encoder.classifier(num_labels=2, dropout=0.1, seed=0)
     assert classifier.config.hidden_dropout_prob == 0.1 == classifier.config.attention_probs_dropout_prob
 
-    run = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "eval_glue.py"), f"ckpt=hf:{bert_folder}", f"output_dir={tmp_path / 'g'}",
-         "eval.tasks=[rte]", f"eval.data_dir={GLUE_DIR}", "eval.max_train_examples=32", "eval.epochs=1"],
-        capture_output=True, text=True, timeout=300,
-    )
+    run = in_process("eval_glue", f"ckpt=hf:{bert_folder}", f"output_dir={tmp_path / 'g'}", "eval.tasks=[rte]",
+                     f"eval.data_dir={GLUE_DIR}", "eval.max_train_examples=32", "eval.epochs=1")
     assert run.returncode == 0, run.stderr[-2000:]
     results = json.loads((tmp_path / "g" / "glue_results.json").read_text())
     assert results["checkpoint"] == f"hf:{bert_folder}" and 0 <= results["scores"]["rte"]["accuracy"] <= 100

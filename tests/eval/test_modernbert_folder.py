@@ -12,7 +12,7 @@ from cramming.eval.run import run_glue
 from cramming.model import build_mlm_model
 from cramming.model.checkpoint import load_pretrained, save_pretrained
 from cramming.model.export import export_to_transformers
-from tests.commands import in_subprocess
+from tests.commands import in_process
 from tests.model.conftest import arch_config
 
 from .conftest import GLUE_DIR
@@ -38,8 +38,8 @@ def modernbert_folder(bert_folder):
 
 @pytest.mark.slow
 def test_eval_glue_scores_a_transformers_modernbert_folder(modernbert_folder, tmp_path):
-    run = in_subprocess("eval_glue", f"ckpt=hf:{modernbert_folder}", f"output_dir={tmp_path}", "eval.tasks=[rte]",
-                        f"eval.data_dir={GLUE_DIR}", "eval.max_train_examples=32", "eval.epochs=1", timeout=600)
+    run = in_process("eval_glue", f"ckpt=hf:{modernbert_folder}", f"output_dir={tmp_path}", "eval.tasks=[rte]",
+                     f"eval.data_dir={GLUE_DIR}", "eval.max_train_examples=32", "eval.epochs=1")
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((tmp_path / "glue_results.json").read_text())
     assert results["checkpoint"] == f"hf:{modernbert_folder}"

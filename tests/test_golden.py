@@ -45,7 +45,7 @@ def test_a_change_to_training_trips_the_golden_check(workdir):
 
 
 @pytest.fixture(scope="module")
-def golden_first_step(workdir) -> dict:
+def golden_first_step() -> dict:
     """The golden reference of step 1, the loss of the first batch before any update: the same in a run of
     one step, whose schedule differs from then on."""
     return {"losses": {"1": golden.read(GOLDEN_DIR, golden.PRETRAIN_FILE)["losses"]["1"]}}

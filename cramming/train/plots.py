@@ -51,7 +51,8 @@ def _marker(points: int, of: int) -> str | None:
 
 # Margins around and between panels, in inches: room for tick labels, axis labels and the title. Fixed margins
 # draw a figure in about half the time matplotlib's constrained layout takes to compute them.
-MARGIN_IN = {"left": 0.85, "right": 0.15, "bottom": 0.55, "top": 0.45, "between_columns": 0.95, "between_rows": 0.75}
+MARGIN_IN = {"left": 0.85, "right": 0.15, "bottom": 0.55, "top": 0.45,
+             "between_columns": 0.95, "between_rows": 0.75}
 
 
 def _figure(columns: int, rows: int) -> Figure:
@@ -59,8 +60,9 @@ def _figure(columns: int, rows: int) -> Figure:
     width, height = 5.5 * columns, 4 * rows
     figure = Figure(figsize=(width, height))
     FigureCanvasAgg(figure)
-    panel_width = (width - MARGIN_IN["left"] - MARGIN_IN["right"] - (columns - 1) * MARGIN_IN["between_columns"]) / columns
-    panel_height = (height - MARGIN_IN["bottom"] - MARGIN_IN["top"] - (rows - 1) * MARGIN_IN["between_rows"]) / rows
+    margins_across = MARGIN_IN["left"] + MARGIN_IN["right"] + (columns - 1) * MARGIN_IN["between_columns"]
+    margins_down = MARGIN_IN["bottom"] + MARGIN_IN["top"] + (rows - 1) * MARGIN_IN["between_rows"]
+    panel_width, panel_height = (width - margins_across) / columns, (height - margins_down) / rows
     figure.subplots_adjust(left=MARGIN_IN["left"] / width, right=1 - MARGIN_IN["right"] / width,
                            bottom=MARGIN_IN["bottom"] / height, top=1 - MARGIN_IN["top"] / height,
                            wspace=MARGIN_IN["between_columns"] / panel_width,  # fractions of a panel's size

@@ -33,8 +33,8 @@ def slow_rank0_run(tmp_path_factory, session_cache):
                   "CRAMMING_TEST_SLOW_RANK0": f"prepare:{SLOWER_BY_S},glue:{SLOWER_BY_S}",
                   "CRAMMING_TEST_SYNCS": str(root / "syncs"), "CRAMMING_CACHE": str(session_cache),
                   "CRAMMING_SIMULATED_MICROBATCH_SECONDS": str(SIMULATED_MICROBATCH_SECONDS)}
-    arguments = ["--config-name", "quickstart", f"budget={BUDGET_HOURS}", f"output_dir={root}", "logging.every_fraction=1",
-                 "train.validation.fractions=[]",
+    arguments = ["--config-name", "quickstart", f"budget={BUDGET_HOURS}", f"output_dir={root}",
+                 "logging.every_fraction=1", "train.validation.fractions=[]",
                  "eval=glue", "eval.tasks=[rte]", f"eval.data_dir={GLUE_DIR}", "eval.max_train_examples=16",
                  "eval.epochs=1"]
     run = subprocess.run([*TORCHRUN, str(REPO_ROOT / "tests" / "rank_shim.py"), str(REPO_ROOT / "pretrain.py"),

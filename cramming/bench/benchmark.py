@@ -195,6 +195,13 @@ def markdown(result: dict) -> str:
     return "\n".join(rows)
 
 
+def run_name(s: BenchmarkSettings, arch_name: str, device_type: str) -> str:
+    """The output files' name: every setting that changes the figures, so two runs into one folder keep both."""
+    compiled = "" if not s.compile else "-compiled" if s.compile_mode == "default" else f"-compiled-{s.compile_mode}"
+    return (f"{arch_name}-L{s.layers}-b{s.batch_size}x{s.seq_length}-mlm{s.mlm_rate}-{s.dtype}{compiled}"
+            f"{'' if s.fused_adamw else '-foreach'}{''.join('-' + name for name in s.variants)}-{device_type}")
+
+
 def run_benchmark(cfg: BenchmarkConfig) -> Path:
     """Time both models, print each step and the table, write <run>.json and <run>.md; returns the JSON."""
     import transformers
@@ -284,9 +291,7 @@ def run_benchmark(cfg: BenchmarkConfig) -> Path:
 
     output_dir = Path(s.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    run = (f"{arch.name}-L{s.layers}-b{s.batch_size}x{s.seq_length}-mlm{s.mlm_rate}-{s.dtype}"
-           f"{'-compiled' if s.compile else ''}{'' if s.fused_adamw else '-foreach'}"
-           f"{''.join('-' + name for name in s.variants)}-{device.type}")
+    run = run_name(s, arch.name, device.type)
     (output_dir / f"{run}.json").write_text(json.dumps(result, indent=2) + "\n")
     table = markdown(result)
     (output_dir / f"{run}.md").write_text(table)

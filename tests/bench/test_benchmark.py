@@ -160,3 +160,18 @@ def test_mfu_is_against_the_exact_cards_peak(monkeypatch, card, peak):
     assert device_peak_tflops(BenchmarkSettings(dtype="bf16"), device)[0] == peak
     assert asked == [device]  # the benchmark's own device
     assert device_peak_tflops(BenchmarkSettings(dtype="fp32"), device)[0] is None  # no fp32 tensor peak kept
+
+
+def test_each_compile_mode_writes_its_own_files():
+    """Two modes benchmarked into one folder keep both results (the first GPU comparison of the modes ran each
+    into a folder of its own, since their names were the same)."""
+    from cramming.bench.benchmark import BenchmarkSettings, run_name
+
+    def name(**settings) -> str:
+        return run_name(BenchmarkSettings(layers=16, batch_size=128, dtype="bf16", **settings), "crammed-bert", "cuda")
+
+    names = [name(), name(compile=True), *(name(compile=True, compile_mode=mode) for mode in
+                                           ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))]
+    stem = "crammed-bert-L16-b128x128-mlm0.15-bf16"
+    assert names[:3] == [f"{stem}-cuda", f"{stem}-compiled-cuda", f"{stem}-compiled-reduce-overhead-cuda"]
+    assert len(set(names)) == len(names)

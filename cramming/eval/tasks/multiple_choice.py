@@ -146,6 +146,13 @@ class ChoiceTask(Task):
         return model if self.model_class is MultipleChoice else RowsAsOneChoice(model)
 
 
+class CandidateTask(ChoiceTask):
+    """A task whose candidates are each right or wrong on its own (MultiRC, ReCoRD): one row a candidate."""
+
+    model_class = CandidateScorer
+    head = "a one-output candidate scorer (kept as a multiple-choice model)"
+
+
 def _as_multiple_choice(folder: Path) -> tuple[Optional[nn.Module], list[str]]:
     """The one-output classifier in `folder` loaded as AutoModelForMultipleChoice, and what did not fit: the
     weights either lacks or leaves unused or has in another shape (all empty: the same model)."""

@@ -16,7 +16,7 @@ import torch
 
 from cramming.eval import metrics
 from cramming.eval.batching import EncodedSplit
-from cramming.eval.tasks.multiple_choice import CandidateScorer, ChoiceTask, encode_candidates, joined
+from cramming.eval.tasks.multiple_choice import CandidateTask, encode_candidates, joined
 from cramming.eval.tasks.superglue import Examples, Row, SuperGlueTask, hub_label
 from cramming.eval.tasks.tables import Malformed
 
@@ -28,14 +28,12 @@ def binary(value) -> int:
     raise Malformed(f"label {value!r} is not 0 or 1")
 
 
-class MultiRC(SuperGlueTask, ChoiceTask):
+class MultiRC(SuperGlueTask, CandidateTask):
     name = "multirc"
     folder = "MultiRC"
     hub_config = "multirc"
     submission = "MultiRC"
     metric = "f1a"  # exact match beside it
-    model_class = CandidateScorer
-    head = "a one-output candidate scorer (kept as a multiple-choice model)"
 
     def rows(self, record: dict, training: bool, labelled: bool) -> list[Row]:
         passage = record["passage"]

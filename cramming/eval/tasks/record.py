@@ -18,7 +18,7 @@ import torch
 from cramming.errors import CrammingError
 from cramming.eval import metrics
 from cramming.eval.batching import EncodedSplit
-from cramming.eval.tasks.multiple_choice import CandidateScorer, ChoiceTask, encode_candidates
+from cramming.eval.tasks.multiple_choice import CandidateTask, encode_candidates
 from cramming.eval.tasks.superglue import Examples, Row, SuperGlueTask
 from cramming.eval.tasks.tables import Malformed
 
@@ -37,14 +37,12 @@ def candidates(passage: str, query: str, entities: list[str], answers: list[str]
     return [Row((passage, query, entity), int(entity in right), idx, right) for entity in dict.fromkeys(entities)]
 
 
-class Record(SuperGlueTask, ChoiceTask):
+class Record(SuperGlueTask, CandidateTask):
     name = "record"
     folder = "ReCoRD"
     hub_config = "record"
     submission = "ReCoRD"
     metric = "f1"  # exact match beside it
-    model_class = CandidateScorer
-    head = "a one-output candidate scorer (kept as a multiple-choice model)"
 
     def rows(self, record: dict, training: bool, labelled: bool) -> list[Row]:
         """An official line: a passage with its entities (start and end offsets, end included) and its queries."""

@@ -18,6 +18,9 @@ class EncodedSplit:
     labels: torch.Tensor  # (N,) int64 class ids, or float32 scores for regression
     source: str = ""  # the file or hub split it came from, for messages
     token_type_ids: list[list[int]] | list[list[list[int]]] | None = None  # segment ids, where read (BERT)
+    # what the task's score reads beside the labels, one entry per example (MultiRC: the question of each
+    # answer; ReCoRD: the query, candidate and right answers of each row; RACE: the level); None for most tasks
+    scoring: list | None = None
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -38,9 +41,10 @@ def subset(split: EncodedSplit, count: int, seed: int = 0) -> EncodedSplit:
     if count >= len(split):
         return split
     chosen = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))[:count].sort().values
-    token_types = None if split.token_type_ids is None else [split.token_type_ids[i] for i in chosen.tolist()]
-    return EncodedSplit([split.input_ids[i] for i in chosen.tolist()], split.labels[chosen], split.source,
-                        token_types)
+    rows = chosen.tolist()
+    token_types = None if split.token_type_ids is None else [split.token_type_ids[i] for i in rows]
+    scoring = None if split.scoring is None else [split.scoring[i] for i in rows]
+    return EncodedSplit([split.input_ids[i] for i in rows], split.labels[chosen], split.source, token_types, scoring)
 
 
 def training_batches(

@@ -32,11 +32,12 @@ class LocalTaskConfig:
 
 @dataclass
 class GlueConfig:
-    # add "wnli" to run it too; "swag": SWAG multiple choice, "local": your own data (eval.local), the same
-    # protocol, both outside the GLUE average
+    # add "wnli" to run it too; "swag": SWAG multiple choice, "local": your own data (eval.local); SuperGLUE's
+    # boolq, cb, copa, multirc, record, wic, wsc, axb, axg (eval=superglue) and race (eval=race): the same
+    # protocol, all outside the GLUE average
     tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
-    # a classic GLUE TSV directory (SWAG: its SWAG/{train,val}.csv); null: the hub (nyu-mll/glue,
-    # allenai/swag)
+    # a classic GLUE TSV directory (SWAG: its SWAG/{train,val}.csv; SuperGLUE's folders and RACE/ beside GLUE's);
+    # null: the hub (nyu-mll/glue, allenai/swag, aps/super_glue, ehovy/race)
     data_dir: Optional[str] = None
     seeds: list[int] = field(default_factory=lambda: [0])  # each task runs once per seed; median reported
     # --- protocol: one set of hyperparameters for every task ---

@@ -30,7 +30,7 @@ def finetune(
     seed: int,
     pad_id: int,
     describe: str,
-    score: Callable[[np.ndarray, np.ndarray], dict[str, float]],
+    score: Callable[[np.ndarray, np.ndarray, list | None], dict[str, float]],
 ) -> list[dict]:
     """Train for cfg.epochs epochs; after each, score every evaluation split (`score`: the task's, of the
     outputs and the labels). Returns one record per epoch.
@@ -77,15 +77,16 @@ def evaluate(
     classifier: torch.nn.Module,
     split: EncodedSplit,
     name: str,
-    score: Callable[[np.ndarray, np.ndarray], dict[str, float]],
+    score: Callable[[np.ndarray, np.ndarray, list | None], dict[str, float]],
     batch_size: int,
     device: torch.device,
     precision: Precision,
     pad_id: int,
 ) -> dict[str, float]:
-    """The task's scores (`score`) of the classifier on one evaluation split (dropout off)."""
+    """The task's scores (`score`: of the outputs, the labels and the split's `scoring`) of the classifier on one
+    evaluation split (dropout off)."""
     outputs = predict(classifier, split, name, batch_size, device, precision, pad_id)
-    return score(outputs.numpy(), split.labels.numpy())
+    return score(outputs.numpy(), split.labels.numpy(), split.scoring)
 
 
 @torch.inference_mode()

@@ -6,6 +6,7 @@ from typing import Optional
 
 from cramming.eval.metrics import format_scores
 from cramming.eval.parameter_efficient import FULL_FINE_TUNING
+from cramming.eval.tasks import superglue
 from cramming.eval.tasks.glue import COLUMNS, METRICS_NOTE, PROTOCOL_NUMBERS, REFERENCE_ROWS
 from cramming.files import write_atomically
 
@@ -17,7 +18,7 @@ def write_reports(results: dict, output_dir: Path) -> None:
 
 
 def markdown_report(results: dict) -> str:
-    lines = ["# GLUE results", "", *_score_table(results), *_beyond_glue(results), "",
+    lines = ["# GLUE results", "", *_score_table(results), *_superglue_table(results), *_beyond_glue(results), "",
              *_deviations(results["protocol_deviations"])]
     lines += ["", "## Tasks", "", "| task | status | scores | train / eval examples | wall time |"]
     lines += ["|---|---|---|---|---|", *(_task_row(name, task) for name, task in results["tasks"].items())]
@@ -82,9 +83,34 @@ def _score_table(results: dict) -> list[str]:
     return lines
 
 
+def _superglue_table(results: dict) -> list[str]:
+    """SuperGLUE's tasks as its leaderboard shows them (two numbers where it has two metrics), its score over
+    the eight tasks that ran, and the diagnostics; apart from the GLUE score."""
+    scores, counted = results["scores"], results.get("superglue_score") is not None
+    shown = [name for name in superglue.COLUMNS if name in scores and (name != "rte" or counted)]  # GLUE's RTE
+    if not counted and not any(name in scores for name in superglue.DIAGNOSTIC_METRICS):
+        return []
+    metric_sets = superglue.SCORE_METRICS | superglue.DIAGNOSTIC_METRICS
+    headers = [f"{superglue.COLUMNS[name]} ({'/'.join(metric_sets[name])})" for name in shown]
+    cells = ["/".join(_cell(scores[name][metric]) for metric in metric_sets[name]) for name in shown]
+    over = results.get("superglue_score_over") or []
+    score = _cell(results.get("superglue_score")) + ("*" if 0 < len(over) < len(superglue.SCORE_METRICS) else "")
+    lines = ["", "## SuperGLUE", "",
+             "Validation sets (AX-b, AX-g: their one labelled file, scored by the RTE model each trains), under this "
+             "run's protocol; the score is not part of the GLUE average.", "",
+             "| model | " + " | ".join([*headers, "SuperGLUE score"]) + " |", "|---" * (len(shown) + 2) + "|",
+             f"| **this checkpoint** | {' | '.join([*cells, score])} |", "",
+             "The SuperGLUE score is the mean over BoolQ, CB, COPA, MultiRC, ReCoRD, RTE, WiC and WSC of each task's "
+             "score, the mean of its metrics where it has two; AX-b and AX-g are diagnostics outside it."]
+    if score.endswith("*"):
+        lines.append(f"\\* Over the {len(over)} of {len(superglue.SCORE_METRICS)} tasks that ran ({', '.join(over)}).")
+    return lines
+
+
 def _beyond_glue(results: dict) -> list[str]:
-    """Tasks outside GLUE in a table of their own, under the same protocol: never in the average."""
-    ran = list(results["beyond_glue"].items())
+    """Tasks outside GLUE (and SuperGLUE, which has a table of its own) in a table of their own, under the same
+    protocol: never in the average."""
+    ran = [(split, metric) for split, metric in results["beyond_glue"].items() if split not in superglue.COLUMNS]
     if not ran:
         return []
     header = " | ".join(f"{split.upper()} ({metric}, validation)" for split, metric in ran)

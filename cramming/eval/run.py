@@ -22,6 +22,7 @@ from cramming.eval.submission import zip_submission
 from cramming.eval.tasks.base import DataMissing, Task, TaskData
 from cramming.eval.tasks.glue import PROTOCOL_NUMBERS, glue_average
 from cramming.eval.tasks.registry import requested_tasks
+from cramming.eval.tasks.superglue import SCORE_METRICS, SuperGlueTask, superglue_score
 from cramming.provenance import provenance
 from cramming.runtime import Precision, prepare_device, resolve_device
 
@@ -63,6 +64,7 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path) -> d
     ran = [result for result in task_results.values() if result["status"] == "ran"]
     scores = {split: split_scores for result in ran for split, split_scores in result["scores"].items()}
     average, averaged = glue_average(scores)
+    superglue, superglue_over = superglue_score(scores)  # apart from the GLUE score; RTE counts in both
     beyond = {split: task.metric for task in tasks if not task.in_glue  # reported beside the GLUE score
               for split in task_results[task.name].get("scores", {})}
     results = {
@@ -74,6 +76,9 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path) -> d
         "glue_score_over": averaged,
         "glue_score_missing": [split for split, _ in PROTOCOL_NUMBERS if split not in averaged],
         "beyond_glue": beyond,  # {split: its main metric} of the tasks outside GLUE
+        "superglue_score": superglue,
+        "superglue_score_over": superglue_over,
+        "superglue_score_missing": [name for name in SCORE_METRICS if superglue_over and name not in superglue_over],
         "scores": scores,
         "baseline": baseline,
         "tasks": task_results,
@@ -89,11 +94,15 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path) -> d
         "wall_seconds": time.perf_counter() - started,
     }
     if cfg.predict_test:
-        results["submission"] = zip_submission(Path(output_dir))
+        results["submission"] = zip_submission(Path(output_dir), "GLUE")
+        if any(isinstance(task, SuperGlueTask) for task in tasks):  # the SuperGLUE leaderboard's files
+            results["superglue_submission"] = zip_submission(Path(output_dir), "SuperGLUE")
     write_reports(results, Path(output_dir))
     shown = "n/a" if average is None else f"{average:.2f}"
     for split, metric in beyond.items():
         log.info("%s %s %.2f (not in the GLUE score)", split.upper(), metric, scores[split][metric])
+    if superglue is not None:
+        log.info("SuperGLUE score %.2f over %s (apart from the GLUE score)", superglue, ", ".join(superglue_over))
     over = ", ".join(averaged) or "no GLUE task"
     log.info("GLUE score %s over %s; wrote %s/glue_results.{json,md}", shown, over, output_dir)
     return results

@@ -45,15 +45,21 @@ def write_test_predictions(task, classifier, tokenizer, cfg, device, precision, 
     return written
 
 
-def zip_submission(output_dir: Path) -> str | None:
-    """<output_dir>/glue_submission.zip of every submission file written (None if there is none)."""
-    files = sorted((output_dir / "submission").glob("*.tsv"))
+# Each server's files in <output_dir>/submission/ and the archive it takes them in.
+SERVERS = {"GLUE": ("*.tsv", "glue_submission.zip"), "SuperGLUE": ("*.jsonl", "superglue_submission.zip")}
+
+
+def zip_submission(output_dir: Path, server: str = "GLUE") -> str | None:
+    """<output_dir>/<server's archive> of every submission file written for `server` (None if there is none):
+    GLUE's TSV files, the SuperGLUE leaderboard's JSON-lines files (tasks/superglue.py)."""
+    pattern, name = SERVERS[server]
+    files = sorted((output_dir / "submission").glob(pattern))
     if not files:
-        log.warning("eval.predict_test: no test split was found, so there is no submission to zip")
+        log.warning("eval.predict_test: no test split was found, so there is no %s submission to zip", server)
         return None
-    archive = output_dir / "glue_submission.zip"
+    archive = output_dir / name
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
         for file in files:
             zipped.write(file, file.name)
-    log.info("GLUE submission: %s (%s)", archive, ", ".join(file.name for file in files))
+    log.info("%s submission: %s (%s)", server, archive, ", ".join(file.name for file in files))
     return str(archive)

@@ -1,8 +1,8 @@
 """What a downstream task is: one object that loads its splits, encodes them, puts its head on the encoder,
 scores its outputs, keeps what it trained and, where a server scores its test split, writes the submission.
 
-GLUE's nine tasks (glue.py) and SWAG (swag.py) are Tasks; registry.py names them for `eval.tasks`, and
-eval/run.py runs every one the same way.
+GLUE's nine tasks (glue.py), SuperGLUE's (superglue.py and the files it names), SWAG and RACE (swag.py,
+race.py) are Tasks; registry.py names them for `eval.tasks`, and eval/run.py runs every one the same way.
 """
 
 from abc import ABC, abstractmethod
@@ -76,8 +76,9 @@ class Task(ABC):
         """The encoder with this task's fresh head drawn from `seed`; its forward takes a collated batch and
         returns `.loss` and `.logits`."""
 
-    def score(self, outputs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-        """Scores of an evaluation split, in percent, from the model's outputs (N, outputs)."""
+    def score(self, outputs: np.ndarray, labels: np.ndarray, scoring: Optional[list] = None) -> dict[str, float]:
+        """Scores of an evaluation split, in percent, from the model's outputs (N, outputs); `scoring` is what the
+        task's encode() put beside the labels (EncodedSplit.scoring), for tasks scored by group."""
         return metrics.score(self.metric, outputs, labels)
 
     @abstractmethod
@@ -100,6 +101,18 @@ class Task(ABC):
         """The test split predictions a server scores, written to `folder`: {split: file, or "missing: why"};
         None for a task no server scores."""
         return None
+
+
+def load_hub(path: str, config: Optional[str], split: str):
+    """One split of a hub dataset through `datasets.load_dataset` (downloaded once, then cached); DataMissing
+    when it cannot be had (offline, an unknown split, hub errors)."""
+    import datasets
+
+    try:
+        return datasets.load_dataset(path, config, split=split)
+    except Exception as error:  # offline, unknown split, hub errors: all mean "not available here"
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        raise DataMissing(f"{path}/{config} split {split}: {type(error).__name__}: {first_line}") from None
 
 
 def load_splits(task: Task, folder: str, data_dir: Optional[str], train_file: str, read_file: Callable[[Path], Any],

@@ -13,8 +13,9 @@ import torch
 
 from cramming.errors import CrammingError
 from cramming.eval.submission import TestSplit, write_test_predictions
-from cramming.eval.tasks.base import DataMissing, EvalSplit, TaskData, load_splits
+from cramming.eval.tasks.base import DataMissing, EvalSplit, Task, TaskData, load_hub, load_splits
 from cramming.eval.tasks.classification import TextClassification, TextSplit
+from cramming.eval.tasks.superglue import SUPERGLUE_RTE
 from cramming.eval.tasks.tables import read_unlabelled
 
 HUB_PATH = "nyu-mll/glue"
@@ -45,6 +46,9 @@ class GlueTask(TextClassification):
     implied_header: Optional[tuple[str, ...]] = None
     score_range = (0.0, 5.0)  # STS-B: the mean of annotators' 0-5 similarity ratings
     in_glue = True
+    # the same task's file for another leaderboard, written when a run has that benchmark's tasks too (RTE's
+    # RTE.jsonl for SuperGLUE: tasks/superglue.py)
+    also_submits: Optional[Task] = None
 
     def load(self, data_dir: Optional[str], max_malformed_fraction: float) -> TaskData:
         return load_splits(self, self.folder, data_dir, "train.tsv",
@@ -53,13 +57,7 @@ class GlueTask(TextClassification):
     def load_hub_split(self, split: str, labelled: bool = True) -> TextSplit:
         """One split of `nyu-mll/glue` through `datasets.load_dataset` (downloaded once, then cached); test
         splits (`labelled=False`) carry -1 labels, replaced by placeholders."""
-        import datasets
-
-        try:
-            dataset = datasets.load_dataset(HUB_PATH, self.name, split=split)
-        except Exception as error:  # offline, unknown split, hub errors: all mean "not available here"
-            first_line = (str(error).strip().splitlines() or [""])[0]
-            raise DataMissing(f"{HUB_PATH}/{self.name} split {split}: {type(error).__name__}: {first_line}")
+        dataset = load_hub(HUB_PATH, self.name, split)
         first, second = self.hub_text_columns
         source = f"{HUB_PATH}/{self.name}:{split}"
         labels = list(dataset["label"]) if labelled else [0] * len(dataset)
@@ -97,7 +95,10 @@ class GlueTask(TextClassification):
         return [self.labels[label] for label in outputs.argmax(dim=-1).tolist()]
 
     def write_submission(self, model, tokenizer, cfg, device, precision, folder: Path) -> dict:
-        return write_test_predictions(self, model, tokenizer, cfg, device, precision, folder)
+        written = write_test_predictions(self, model, tokenizer, cfg, device, precision, folder)
+        if self.also_submits is not None and self.also_submits.wanted_by(cfg):
+            written |= self.also_submits.write_submission(model, tokenizer, cfg, device, precision, folder)
+        return written
 
 
 def _dev(name: str, submission: str) -> tuple[GlueSplit, ...]:
@@ -123,7 +124,7 @@ GLUE_TASKS: tuple[GlueTask, ...] = (
              "accuracy", ("premise", "hypothesis"), PAIR, "gold_label", ("entailment", "neutral", "contradiction")),
     GlueTask("qnli", "QNLI", _dev("qnli", "QNLI"), "accuracy", ("question", "sentence"), ("question", "sentence"),
              "label", ENTAILMENT),
-    GlueTask("rte", "RTE", _dev("rte", "RTE"), "accuracy", PAIR, PAIR, "label", ENTAILMENT),
+    GlueTask("rte", "RTE", _dev("rte", "RTE"), "accuracy", PAIR, PAIR, "label", ENTAILMENT, also_submits=SUPERGLUE_RTE),
     GlueTask("wnli", "WNLI", _dev("wnli", "WNLI"), "accuracy", PAIR, PAIR, "label", ("0", "1")),
 )
 

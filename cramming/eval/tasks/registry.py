@@ -2,12 +2,22 @@
 
 from cramming.errors import CrammingError
 from cramming.eval.tasks.base import Task
+from cramming.eval.tasks.copa import Copa
 from cramming.eval.tasks.glue import GLUE_TASKS
 from cramming.eval.tasks.local import LocalTask
+from cramming.eval.tasks.multirc import MultiRC
+from cramming.eval.tasks.race import Race
+from cramming.eval.tasks.record import Record
+from cramming.eval.tasks.superglue import PAIR_TASKS
 from cramming.eval.tasks.swag import Swag
 
 TASKS: dict[str, Task] = {task.name: task for task in (
     *GLUE_TASKS,  # cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli
+    *PAIR_TASKS,  # SuperGLUE's boolq, cb, wic, wsc, axb, axg (its rte is GLUE's)
+    Copa(),
+    MultiRC(),
+    Record(),
+    Race(),
     Swag(),
     LocalTask(),
 )}

@@ -22,7 +22,7 @@ class Malformed(ValueError):
     """A row its task cannot read; the message says why, e.g. `label 'x' is not 0 or 1`."""
 
 
-def _not_utf8(path: Path) -> CrammingError:
+def not_utf8(path: Path) -> CrammingError:
     """The one line for a file that is not UTF-8: the line and the byte offset of its first bad byte. The bytes
     are decoded again, whole, since a text file's decoder counts offsets from the chunk it was reading."""
     raw = path.read_bytes()
@@ -41,7 +41,7 @@ def lines(path: Path) -> Iterator[tuple[int, str]]:
             for number, line in enumerate(file, start=1):
                 yield number, line.removesuffix("\n").removesuffix("\r")
         except UnicodeDecodeError:
-            raise _not_utf8(path) from None
+            raise not_utf8(path) from None
 
 
 def _rows(path: Path) -> Iterator[tuple[int, list[str]]]:
@@ -60,7 +60,7 @@ def _rows(path: Path) -> Iterator[tuple[int, list[str]]]:
         except csv.Error as error:
             raise CrammingError(f"{path}, line {reader.line_num}: not readable as CSV ({error})") from None
         except UnicodeDecodeError:
-            raise _not_utf8(path) from None
+            raise not_utf8(path) from None
 
 
 def read_table(path: Path, columns: Sequence[str], parse: Callable[[dict[str, str]], Any],
@@ -89,16 +89,23 @@ def read_table(path: Path, columns: Sequence[str], parse: Callable[[dict[str, st
             malformed.append(number)
             first_problem = first_problem or f"{path}, line {number}: {problem}"
 
-    rows = len(examples) + len(malformed)
-    if rows == 0:
+    if not examples and not malformed:
         raise CrammingError(f"{path}: no examples ({'only a header' if read_any else 'an empty file'})")
+    tolerate(path, len(examples), malformed, first_problem, max_malformed_fraction)
+    return examples, malformed
+
+
+def tolerate(path: Path, good: int, malformed: list[int], first_problem: str, max_malformed_fraction: float) -> None:
+    """The malformed-row rule for every file format of the tasks (tables, JSON lines, RACE's files): up to
+    floor(max_malformed_fraction * rows) malformed rows are skipped with a warning; more are an error that
+    names the first (`first_problem`: "<file>, line <n>: <why>")."""
+    rows = good + len(malformed)
     tolerated = int(max_malformed_fraction * rows)
     if len(malformed) > tolerated:
         raise CrammingError(f"{first_problem} ({len(malformed)} malformed of {rows} rows, at most {tolerated} "
                             f"tolerated by eval.max_malformed_fraction={max_malformed_fraction})")
     if malformed:
         log.warning("%s: skipped %d malformed rows (first: %s)", path, len(malformed), first_problem)
-    return examples, malformed
 
 
 def read_unlabelled(path: Path, id_columns: Sequence[str], columns: Sequence[str]) -> tuple[list[str], list[dict]]:

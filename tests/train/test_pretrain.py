@@ -229,3 +229,5 @@ def test_wandb_online_without_an_account_is_one_line(shared_cache, tmp_path):
     )
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "error: wandb=online: W&B did not start" in run.stderr
+    assert not list((tmp_path / "t").iterdir())  # a failed start leaves no run folder holding only its config
+

@@ -42,7 +42,12 @@ class TaskData:
 
 
 class DataMissing(Exception):
-    """A task's files are absent or the hub is out of reach: the task is reported as missing, the rest run."""
+    """A task's files are absent or the hub is out of reach: the task is reported as missing, the rest run.
+    `cause`: what several tasks' reasons share (the hub out of reach), said once for all of them."""
+
+    def __init__(self, message: str, cause: str | None = None):
+        super().__init__(message)
+        self.cause = cause
 
 
 class Task(ABC):

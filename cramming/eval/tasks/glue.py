@@ -59,7 +59,8 @@ class GlueTask(TextClassification):
             dataset = datasets.load_dataset(HUB_PATH, self.name, split=split)
         except Exception as error:  # offline, unknown split, hub errors: all mean "not available here"
             first_line = (str(error).strip().splitlines() or [""])[0]
-            raise DataMissing(f"{HUB_PATH}/{self.name} split {split}: {type(error).__name__}: {first_line}")
+            raise DataMissing(f"{HUB_PATH}/{self.name} split {split}: {type(error).__name__}: {first_line}",
+                          cause=f"{HUB_PATH} from the hub: {type(error).__name__}: {first_line}")
         first, second = self.hub_text_columns
         source = f"{HUB_PATH}/{self.name}:{split}"
         labels = list(dataset["label"]) if labelled else [0] * len(dataset)

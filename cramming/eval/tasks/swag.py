@@ -73,7 +73,8 @@ def load_hub_split(split: str) -> ChoiceSplit:
         dataset = datasets.load_dataset(HUB_PATH, HUB_CONFIG, split=split)
     except Exception as error:  # offline, unknown split, hub errors: all mean "not available here"
         first_line = (str(error).strip().splitlines() or [""])[0]
-        raise DataMissing(f"{HUB_PATH}/{HUB_CONFIG} split {split}: {type(error).__name__}: {first_line}")
+        raise DataMissing(f"{HUB_PATH}/{HUB_CONFIG} split {split}: {type(error).__name__}: {first_line}",
+                          cause=f"{HUB_PATH} from the hub: {type(error).__name__}: {first_line}")
     source = f"{HUB_PATH}/{HUB_CONFIG}:{split}"
     labels = list(dataset["label"])
     if not labels:

@@ -44,6 +44,7 @@ def replaced_choices(config_name: str, overrides: list[str]) -> list[str]:
     change brings back unasked (`--config-name quickstart train=steps` restores the recipe's 8192-sequence batch
     ramp in place of quick's 256), so that a choice meant to add one setting does not silently undo others."""
     from cramming import compose_config  # only where a config chooses its groups itself: few commands pay for it
+    from cramming.runs import flatten
 
     own, notices = own_choices(config_name), []
     set_here = {override.partition("=")[0] for override in overrides}
@@ -52,7 +53,7 @@ def replaced_choices(config_name: str, overrides: list[str]) -> list[str]:
         if group not in own or choice in ("", own[group]):
             continue
         restored = [o for o in overrides if o != override] + [f"{group}={own[group]}"]
-        given, kept = (_flat(OmegaConf.to_container(compose_config(config_name, o)[group], resolve=True), group)
+        given, kept = (flatten(OmegaConf.to_container(compose_config(config_name, o)[group], resolve=True), group)
                        for o in (overrides, restored))
         changed = [(key, kept.get(key), value) for key, value in given.items()
                    if value != kept.get(key) and key not in set_here and key != f"{group}.name"]
@@ -62,13 +63,6 @@ def replaced_choices(config_name: str, overrides: list[str]) -> list[str]:
             notices.append(f"{override} replaces {config_name}'s {group}={own[group]}: {shown}{more}; to keep "
                            f"{group}={own[group]}, set keys instead (e.g. {changed[0][0]}={changed[0][2]})")
     return notices
-
-
-def _flat(tree, prefix: str = "") -> dict:
-    if not isinstance(tree, dict):
-        return {prefix: tree}
-    return {key: value for name, sub in tree.items()
-            for key, value in _flat(sub, f"{prefix}.{name}" if prefix else name).items()}
 
 
 def group_options(group: str) -> list[str]:

@@ -1,5 +1,6 @@
 """Training-step throughput, ours vs transformers' BertForMaskedLM, side by side in one process:
-`python scripts/benchmark.py` or `cramming-benchmark` (cramming.bench.benchmark does the work).
+`python scripts/benchmark.py` or `cramming-benchmark` (cramming.bench.benchmark does the work). On a CPU with
+no size on the command line it runs 4 layers, not crammed-bert's 16, and says so.
 
     python scripts/benchmark.py arch=crammed-bert benchmark.layers=4 benchmark.mlm_rate=0.15
     python scripts/benchmark.py benchmark.dtype=bf16 benchmark.compile=true benchmark.batch_size=128   # on a GPU

@@ -233,6 +233,7 @@ def test_wandb_online_without_an_account_is_one_line(shared_cache, tmp_path):
     assert not list((tmp_path / "t").iterdir())  # a failed start leaves no run folder holding only its config
 
 
+@pytest.mark.slow
 def test_a_group_choice_over_the_quickstarts_own_is_shown_and_a_last_step_validation_is_the_end(shared_cache,
                                                                                                  tmp_path):
     """`--config-name quickstart train=steps` silently brought back the recipe's 8192-sequence batch ramp in place

@@ -8,6 +8,7 @@ complete, so a hidden or partial directory never counts.
 """
 
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,29 @@ def new_run_dir(output_dir: str | Path, name: str) -> Path:
         suffix += 1
     run_dir.mkdir(parents=True)
     return run_dir
+
+
+class RunStart:
+    """The start of a command's run in `directory` (set now or once it exists), up to `done()`. When the start
+    fails (a bad checkpoint, no data, W&B not starting) and the directory holds only what the start wrote
+    (`leftovers`: the config, a log, W&B's folder), it is removed: a failed start leaves no folder that looks
+    like a run. What fails after `done()` keeps its directory, as does one holding anything else."""
+
+    def __init__(self, leftovers: tuple[str, ...], directory: Path | None = None):
+        self.leftovers, self.directory, self.started = leftovers, directory, False
+
+    def done(self) -> None:
+        self.started = True
+
+    def __enter__(self) -> "RunStart":
+        return self
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        folder = self.directory
+        if kind is not None and not self.started and folder is not None and folder.is_dir() \
+                and all(entry.name in self.leftovers for entry in folder.iterdir()):
+            shutil.rmtree(folder, ignore_errors=True)
+        return False
 
 
 def run_of(checkpoint: Path) -> Path | None:

@@ -3,6 +3,18 @@
 #   --locked (first argument)   set up with the exact versions CI tests; other arguments go to pytest
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  cat <<'USAGE'
+usage: bash scripts/test.sh [--locked] [pytest arguments...]
+
+Installs the project (scripts/setup.sh), then runs the test suite offline, one worker per core (at most 4).
+  --locked           install the exact versions CI tests (requirements/lock-cpu.txt), not the ranges
+  pytest arguments   passed on: a test file or node id, -k EXPRESSION, -m "not slow", -x, ...
+                     (pytest's own options: python3 -m pytest --help)
+The whole suite takes about 10 minutes on 2 cores; -m "not slow" leaves out the end-to-end runs.
+USAGE
+  exit 0
+fi
 setup=()
 if [[ "${1:-}" == "--locked" ]]; then
   setup=(--locked)

@@ -71,3 +71,26 @@ def test_a_change_to_fine_tuning_trips_the_golden_check(golden_run, workdir, cha
     _, checkpoint = golden_run
     numbers = golden.run_glue_subset(checkpoint, GLUE_DIR, workdir, change)
     assert golden.mismatches(golden.read(GOLDEN_DIR, golden.GLUE_FILE), numbers) != []
+
+
+def test_the_check_says_what_it_runs_and_shows_the_runs_progress(tmp_path, monkeypatch, capsys):
+    """update_golden.py --check ran for minutes without a line of output."""
+    import logging
+
+    from cramming.cli import update_golden
+
+    def pretraining(workdir):
+        logging.getLogger("cramming.train.metrics").info("step 1 | the run's own progress line")
+        return golden.read(update_golden.GOLDEN_DIR, golden.PRETRAIN_FILE), workdir
+
+    (tmp_path / "RTE").mkdir()
+    monkeypatch.setattr(golden, "run_pretraining", pretraining)  # the runs themselves: tested above
+    monkeypatch.setattr(golden, "run_glue_subset", lambda *_: golden.read(update_golden.GOLDEN_DIR, golden.GLUE_FILE))
+    root = logging.getLogger()  # as a fresh process has it, and put back after: pytest's handlers are not ours
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", logging.WARNING)
+    with pytest.raises(SystemExit) as stop:
+        update_golden.main(["--check", "--glue-dir", str(tmp_path)])
+    lines = capsys.readouterr().out.splitlines()
+    assert stop.value.code == 0 and lines[0].startswith("the golden runs: 60 steps of pretraining, then RTE")
+    assert lines[1:] == ["step 1 | the run's own progress line", "matches the golden numbers"]

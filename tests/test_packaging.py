@@ -113,3 +113,12 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_the_quick_start_outside_the_chec
     (run_dir,) = (elsewhere / "outputs" / "quickstart").iterdir()
     assert (run_dir / "checkpoints" / "final" / "model.safetensors").is_file()
     assert (run_dir / "summary.json").is_file()
+
+
+def test_the_test_script_has_its_own_help():
+    """scripts/test.sh --help ran the setup (pip) and then printed only pytest's help."""
+    run = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "test.sh"), "--help"], capture_output=True, text=True,
+                         timeout=30)
+    assert run.returncode == 0 and run.stderr == ""
+    assert run.stdout.startswith("usage: bash scripts/test.sh [--locked] [pytest arguments...]")
+    assert "--locked" in run.stdout and "python3 -m pytest --help" in run.stdout

@@ -30,10 +30,12 @@ from cramming import compose_config
 from cramming.bench.gpu_report import STAGES, record_stage
 from cramming.bench.gpu_suite import SELECTIONS
 from cramming.errors import CrammingError
+from cramming.runs import new_run_dir
 from cramming.train.stopping import Interrupted
 
 log = logging.getLogger(__name__)
 BENCH_MODES = ("compiled", "eager")
+DEFAULT_ROOT = Path("outputs", "gpu_check")  # each check without output_dir= in a new <timestamp> folder here
 
 
 @dataclass
@@ -53,7 +55,7 @@ class QuickLimits:
 class GpuCheckConfig:
     stage: str = "all"  # tests | bench | cram | glue | all (each in turn) | quick (short parts, each time-limited)
     device: str = "cuda"  # cuda | cpu (a dry run with a tiny model: checks the wiring, measures nothing)
-    output_dir: str = "outputs/gpu_check"
+    output_dir: Optional[str] = None  # null: a new outputs/gpu_check/<timestamp> each check
     data_files: Optional[str] = None  # corpus shards for the cram stage (a glob); null: the embedded corpus
     glue_dir: Optional[str] = None  # classic GLUE TSV layout for the glue stage; null: the hub
     cram_minutes: Optional[float] = None  # training time of the cram stage (budget clock); null: 5, 2 in quick
@@ -89,8 +91,9 @@ def run_gpu_check(cfg: GpuCheckConfig) -> dict:
     """Run the stage(s); each leaves <output_dir>/<stage>.json and .md, and report.md holds every stage's
     section so far. Returns {stage: result}; a failed stage is an error once all have run."""
     check_config(cfg)
-    out = Path(cfg.output_dir)
+    out = Path(cfg.output_dir) if cfg.output_dir else new_run_dir(DEFAULT_ROOT.parent, DEFAULT_ROOT.name)
     out.mkdir(parents=True, exist_ok=True)
+    log.info("gpu_check: writing to %s", out)
     if cfg.stage == "quick":
         from cramming.bench.gpu_quick import run_quick
 
@@ -190,10 +193,13 @@ def _glue(cfg: GpuCheckConfig, out: Path) -> dict:
     from cramming.eval.run import run_glue
     from cramming.runs import resolve_checkpoint
 
-    if not (out / "cram").is_dir():
-        raise CrammingError(f"stage=glue scores the cram stage's checkpoint, and {out / 'cram'} does not exist: "
+    cram = out / "cram"
+    if not cram.is_dir() and cfg.output_dir is None:  # stage=glue alone: the newest earlier check's cram stage
+        cram = max(DEFAULT_ROOT.glob("*/cram"), default=cram)
+    if not cram.is_dir():
+        raise CrammingError(f"stage=glue scores the cram stage's checkpoint, and {cram} does not exist: "
                             "run stage=cram first (or stage=all)")
-    checkpoint = resolve_checkpoint(str(out / "cram"), out, key="output_dir")
+    checkpoint = resolve_checkpoint(str(cram), out, key="output_dir")
     settings = {"tasks": list(cfg.glue_tasks), "data_dir": cfg.glue_dir, "device": cfg.device,
                 "precision": "bf16" if cfg.device == "cuda" else "fp32"}
     if cfg.device == "cpu":

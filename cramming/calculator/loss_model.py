@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from omegaconf import OmegaConf
 from scipy.optimize import least_squares
 
 from cramming.errors import CrammingError
 from cramming.model import training_flops_per_token
 from cramming.model.config import as_model_config
-from cramming.runs import CONFIG_FILE, run_config
+from cramming.data.store import EXECUTION_ONLY_KEYS
+from cramming.runs import CONFIG_FILE, flatten, run_config
 
 from .speed_model import non_embedding_parameters
 
@@ -38,6 +40,7 @@ class RunPoint:
     compute: float  # training FLOPs to its last record
     final_loss: float
     curve: list  # (compute, loss) per record, for the plot
+    data: dict  # its data config, flattened (corpus, filters, tokenizer): runs fitted together share it
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,24 @@ def read_run(metrics_path: Path) -> RunPoint:
     if not records:
         raise CrammingError(f"{metrics_path} has no records")
     curve = [(r["tokens"] * flops_per_token, r["loss"]) for r in records]
+    data = {key: value for key, value in flatten(OmegaConf.to_container(config.data, resolve=True), "data").items()
+            if key.split(".")[-1] not in EXECUTION_ONLY_KEYS}
     return RunPoint(str(metrics_path), metrics_path.parent.parent.name, non_embedding_parameters(arch),
-                    curve[-1][0], curve[-1][1], curve)
+                    curve[-1][0], curve[-1][1], curve, data)
+
+
+def check_same_data(points: list[RunPoint]) -> None:
+    """One frontier is one corpus and one tokenizer: losses over other text or another vocabulary are not on it
+    (a fit across both gave held-out errors of 2 nats). CrammingError naming the first difference."""
+    first = points[0]
+    for point in points[1:]:
+        changed = next((key for key in sorted(set(first.data) | set(point.data))
+                        if first.data.get(key) != point.data.get(key)), None)
+        if changed is not None:
+            raise CrammingError(
+                f"runs= mixes runs on different data or tokenizers ({changed}={first.data.get(changed)} in "
+                f"{Path(first.path).parent}, {point.data.get(changed)} in {Path(point.path).parent}): a loss fit "
+                "needs runs on the same data and tokenizer; choose them with runs=")
 
 
 def fit_frontier(compute, loss) -> Frontier:

@@ -7,7 +7,8 @@ from pathlib import Path
 from cramming.calculator import report
 from cramming.calculator.candidates import evaluate, rank, shapes
 from cramming.calculator.config import CalculatorConfig, check_config
-from cramming.calculator.loss_model import SizeRule, expand_runs, fit_frontier, leave_one_out, read_run
+from cramming.calculator.loss_model import (SizeRule, check_same_data, expand_runs, fit_frontier, leave_one_out,
+                                            read_run)
 from cramming.calculator.measure import BASE, check, check_run, fit_speed, read_run_speed
 from cramming.calculator.speed_model import non_embedding_parameters, resolve_speed_model
 from cramming.errors import CrammingError
@@ -34,6 +35,7 @@ def loss_fit(cfg: CalculatorConfig):
         return None, [], [], (f"no runs given (runs=...), so no absolute loss; ranked by the size rule "
                               f"with the frontier exponent loss_exponent={cfg.loss_exponent}")
     runs = [read_run(path) for path in paths]
+    check_same_data(runs)
     frontier = fit_frontier([r.compute for r in runs], [r.final_loss for r in runs])
     source = (f"fitted on {len(runs)} runs: L = {frontier.a:.3g}·(C/{frontier.c0:.3g})^-{frontier.alpha:.3g}"
               f" + {frontier.c:.3g}, with the size rule for shapes off the frontier")

@@ -2,9 +2,11 @@
 only its wiring; the work is done in the library. `hydra_command` gives every Hydra command the same
 front: glob overrides quoted, the command line read as Hydra reads it (its flags keep their meaning), each
 job's overrides checked (one line naming a bad key, choice or value), then Hydra, with `exit_on_user_error`
-as the one error boundary."""
+as the one error boundary; a group choice that replaces the config's own (quickstart's train=quick) is
+shown with the keys it changes."""
 
 import functools
+import logging
 import sys
 
 import hydra
@@ -13,10 +15,12 @@ from hydra.types import RunMode
 
 from cramming import CONFIG_DIR
 from cramming.cli.arguments import job_overrides, parse_arguments
+from cramming.cli.groups import replaced_choices
 from cramming.cli.overrides import check_overrides
 from cramming.errors import exit_on_user_error
 
 PATH_KEYS = ("data.files",)
+log = logging.getLogger(__name__)
 
 
 def quote_path_overrides(argv: list[str] | None = None, keys: tuple[str, ...] = PATH_KEYS) -> None:
@@ -53,8 +57,15 @@ def hydra_command(config_name: str, schema: type, directories: tuple[str, ...] =
     `directories` keys must name directories the command can create or write into)."""
 
     def decorate(task):
+        @functools.wraps(task)
+        def shown_then_run(cfg) -> None:
+            hydra_config = HydraConfig.get()
+            for notice in replaced_choices(hydra_config.job.config_name, list(hydra_config.overrides.task)):
+                log.warning("%s", notice)
+            task(cfg)
+
         run = hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name=config_name)(
-            exit_on_user_error(task))
+            exit_on_user_error(shown_then_run))
 
         @functools.wraps(task)
         def main() -> None:

@@ -1,19 +1,40 @@
 """Training-step throughput, ours vs transformers' BertForMaskedLM, side by side in one process:
-`python scripts/benchmark.py` or `cramming-benchmark` (cramming.bench.benchmark does the work).
+`python scripts/benchmark.py` or `cramming-benchmark` (cramming.bench.benchmark does the work). On a CPU with
+no size on the command line it runs 4 layers, not crammed-bert's 16, and says so.
 
     python scripts/benchmark.py arch=crammed-bert benchmark.layers=4 benchmark.mlm_rate=0.15
     python scripts/benchmark.py benchmark.dtype=bf16 benchmark.compile=true benchmark.batch_size=128   # on a GPU
 """
 
+import logging
+
+from hydra.core.hydra_config import HydraConfig
+
 from cramming.bench.benchmark import BenchmarkConfig, run_benchmark  # registers the config schema
 from cramming.cli import hydra_command
 from cramming.errors import CrammingError
 
+log = logging.getLogger(__name__)
+# On the CPU, with no size on the command line: the depth of the CPU figures in docs/benchmarks.md, a minute or two
+# on two cores (crammed-bert's full 16 layers take about ten there, at 5 GB).
+CPU_LAYERS = 4
+SIZE_KEYS = ("arch", "benchmark.layers", "benchmark.batch_size", "benchmark.seq_length", "benchmark.vocab_size")
+
 
 @hydra_command("benchmark", BenchmarkConfig, directories=("benchmark.output_dir",))
 def main(cfg: BenchmarkConfig) -> None:
+    if on_the_cpu(cfg) and not any(o.lstrip("+~").startswith(SIZE_KEYS) for o in HydraConfig.get().overrides.task):
+        log.warning("on the CPU with no size given: benchmark.layers=%d instead of %s's %d, to end in minutes "
+                    "(set benchmark.layers= to choose)", CPU_LAYERS, cfg.arch.name, cfg.arch.num_layers)
+        cfg.benchmark.layers = CPU_LAYERS
     check_it_fits_on_the_cpu(cfg)
     run_benchmark(cfg)
+
+
+def on_the_cpu(cfg: BenchmarkConfig) -> bool:
+    import torch
+
+    return cfg.benchmark.device == "cpu" or (cfg.benchmark.device == "auto" and not torch.cuda.is_available())
 
 
 def check_it_fits_on_the_cpu(cfg: BenchmarkConfig) -> None:
@@ -23,10 +44,9 @@ def check_it_fits_on_the_cpu(cfg: BenchmarkConfig) -> None:
     "Reducing Activation Recomputation in Large Transformer Models"), and its full-vocabulary logits and their
     gradient in fp32."""
     import psutil
-    import torch
 
     s, arch = cfg.benchmark, cfg.arch
-    if s.device == "cuda" or (s.device == "auto" and torch.cuda.is_available()):
+    if not on_the_cpu(cfg):
         return
     layers, tokens = s.layers or arch.num_layers, s.batch_size * s.seq_length
     needed = tokens * (layers * (34 * arch.hidden_size + 5 * arch.num_heads * s.seq_length) + 2 * 4 * s.vocab_size)

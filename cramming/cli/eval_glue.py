@@ -8,27 +8,32 @@
 """
 
 import logging
+from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 
 from cramming.cli import hydra_command
 from cramming.eval.config import HF_PREFIX, EvalGlueConfig  # registers the config schemas
-from cramming.runs import resolve_checkpoint
+from cramming.runs import RunStart, resolve_checkpoint
 
 log = logging.getLogger(__name__)
 
 
 @hydra_command("eval_glue", EvalGlueConfig, directories=("output_dir",))
 def main(cfg: EvalGlueConfig) -> None:
-    hub_or_folder = cfg.ckpt.startswith(HF_PREFIX)
-    checkpoint = cfg.ckpt if hub_or_folder else resolve_checkpoint(cfg.ckpt, cfg.runs_dir, key="ckpt")
-    if not hub_or_folder:  # which checkpoint latest, a run or a directory of runs meant
-        log.info("ckpt=%s: %s", cfg.ckpt, checkpoint)
-    # after the checkpoint is found: the GLUE stack (transformers, scikit-learn, ...) takes seconds to import,
-    # and a missing or mistyped ckpt is one line without them
-    from cramming.eval.run import run_glue
+    hydra = HydraConfig.get()
+    output_dir = hydra.runtime.output_dir
+    hydra_files = (hydra.output_subdir, f"{hydra.job.name}.log")  # what Hydra wrote there before this command
+    with RunStart(hydra_files, Path(output_dir)) as start:  # a failed start leaves no outputs/glue/<ts>
+        hub_or_folder = cfg.ckpt.startswith(HF_PREFIX)
+        checkpoint = cfg.ckpt if hub_or_folder else resolve_checkpoint(cfg.ckpt, cfg.runs_dir, key="ckpt")
+        if not hub_or_folder:  # which checkpoint latest, a run or a directory of runs meant
+            log.info("ckpt=%s: %s", cfg.ckpt, checkpoint)
+        # after the checkpoint is found: the GLUE stack (transformers, scikit-learn, ...) takes seconds to import,
+        # and a missing or mistyped ckpt is one line without them
+        from cramming.eval.run import run_glue
 
-    run_glue(cfg.eval, checkpoint, HydraConfig.get().runtime.output_dir)
+        run_glue(cfg.eval, checkpoint, output_dir, on_start=start.done)
 
 
 if __name__ == "__main__":

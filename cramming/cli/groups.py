@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from cramming import CONFIG_DIR
 
 ROOT_SCRIPTS = ("pretrain", "eval_glue")  # the others are scripts/<command>.py
+SHOWN_KEYS = 4  # of the keys a replaced group choice changes
 
 
 def _defaults(config_name: str) -> list:
@@ -30,6 +31,38 @@ def config_groups(config_name: str) -> list[str]:
         elif isinstance(entry, dict):
             groups += [group for group in entry if not group.startswith(("override ", "hydra/"))]
     return list(dict.fromkeys(groups))
+
+
+def own_choices(config_name: str) -> dict[str, str]:
+    """The groups a config extending another chooses itself (quickstart's `override train: quick`)."""
+    return {entry.split(" ", 1)[1]: choice for item in _defaults(config_name) if isinstance(item, dict)
+            for entry, choice in item.items() if entry.startswith("override ") and "/" not in entry}
+
+
+def replaced_choices(config_name: str, overrides: list[str]) -> list[str]:
+    """A line for each group the command line chooses over the config's own choice, naming the keys that the
+    change brings back unasked (`--config-name quickstart train=steps` restores the recipe's 8192-sequence batch
+    ramp in place of quick's 256), so that a choice meant to add one setting does not silently undo others."""
+    from cramming import compose_config  # only where a config chooses its groups itself: few commands pay for it
+    from cramming.runs import flatten
+
+    own, notices = own_choices(config_name), []
+    set_here = {override.partition("=")[0] for override in overrides}
+    for override in overrides:
+        group, _, choice = override.partition("=")
+        if group not in own or choice in ("", own[group]):
+            continue
+        restored = [o for o in overrides if o != override] + [f"{group}={own[group]}"]
+        given, kept = (flatten(OmegaConf.to_container(compose_config(config_name, o)[group], resolve=True), group)
+                       for o in (overrides, restored))
+        changed = [(key, kept.get(key), value) for key, value in given.items()
+                   if value != kept.get(key) and key not in set_here and key != f"{group}.name"]
+        if changed:
+            shown = ", ".join(f"{key} {before} -> {after}" for key, before, after in changed[:SHOWN_KEYS])
+            more = f" and {len(changed) - SHOWN_KEYS} more" if len(changed) > SHOWN_KEYS else ""
+            notices.append(f"{override} replaces {config_name}'s {group}={own[group]}: {shown}{more}; to keep "
+                           f"{group}={own[group]}, set keys instead (e.g. {changed[0][0]}={changed[0][2]})")
+    return notices
 
 
 def group_options(group: str) -> list[str]:

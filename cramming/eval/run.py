@@ -7,7 +7,7 @@ import math
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -29,11 +29,13 @@ from cramming.runtime import Precision, prepare_device, resolve_device
 log = logging.getLogger(__name__)
 
 
-def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path) -> dict:
+def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path,
+             on_start: Callable[[], None] = lambda: None) -> dict:
     """Run every task of `eval_cfg.tasks` that has data on the encoder of `checkpoint` (our checkpoint
     directory, or `hf:<hub id or transformers folder>`); write glue_results.{json,md} to output_dir.
 
-    Tasks whose data is missing are reported as missing and the others still run.
+    Tasks whose data is missing are reported as missing and the others still run. `on_start` is called once
+    the checks have passed and the data is loaded: what fails after it is no failed start.
     Returns the results as written to glue_results.json.
     """
     started = time.perf_counter()
@@ -52,6 +54,7 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path) -> d
         log.info("parameter-efficient protocol: %s (%s); not comparable with full fine-tuning",
                  lora.describe(), ", ".join(peft["adapted_layers"]))
     data, task_results = _load_data(tasks, cfg)
+    on_start()
 
     for name, task_data in data.items():
         sizes = ", ".join(f"{split} ({len(examples)})" for split, examples in task_data.evaluations.items())
@@ -153,16 +156,19 @@ def _read_baseline(path: str | None) -> dict | None:
 
 def _load_data(tasks: list[Task], cfg: GlueConfig) -> tuple[dict[str, TaskData], dict[str, dict]]:
     """Every task's data up front, so a malformed file stops the run before hours of fine-tuning."""
-    data, missing = {}, {}
+    data, missing, causes = {}, {}, {}
     for task in tasks:
         try:
             data[task.name] = task.load(cfg.data_dir, cfg.max_malformed_fraction)
         except DataMissing as reason:
-            log.warning("%s: missing, skipped (%s)", task.name, reason)
             missing[task.name] = {"status": "missing", "reason": str(reason)}
+            causes.setdefault(reason.cause or str(reason), []).append(task.name)  # a shared cause said once
     if not data:
-        reasons = "; ".join(result["reason"] for result in missing.values())
-        raise CrammingError(f"no data for any requested GLUE task ({reasons})")
+        offline = "" if cfg.data_dir else "; eval.data_dir=<folder> reads the tasks' files instead (docs/glue.md)"
+        said = "; ".join(f"{', '.join(names)}: {cause}" for cause, names in causes.items())
+        raise CrammingError(f"no data for any requested task ({said}){offline}")
+    for cause, names in causes.items():
+        log.warning("%s: missing, skipped (%s)", ", ".join(names), cause)
     return data, missing
 
 

@@ -71,8 +71,14 @@ def _figure(columns: int, rows: int) -> Figure:
 
 
 def _save(panels: list[tuple], path: Path, title: str) -> Path:
-    """Draw one figure of panels, two to a row, each (x, x label, y, y label); y is one series or a dict of
-    labelled series (a legend is drawn); None values are skipped."""
+    panels_figure(panels, title).savefig(path, dpi=100)
+    return path
+
+
+def panels_figure(panels: list[tuple], title: str) -> Figure:
+    """One figure of panels, two to a row, each (x, x label, y, y label); y is one series or a dict of
+    labelled series (a legend is drawn); None values are skipped; a fraction (its label says so) is drawn
+    on its whole range, 0 to 1."""
     columns, rows = min(len(panels), 2), (len(panels) + 1) // 2
     figure = _figure(columns, rows)
     grid = figure.subplots(rows, columns, squeeze=False).flatten()
@@ -87,10 +93,11 @@ def _save(panels: list[tuple], path: Path, title: str) -> Path:
             axes.legend()
         _label_x(axes, x_label)
         axes.set_ylabel(y_label)
+        if y_label.startswith("fraction"):  # the whole 0-1 range: a run clipping every step is a line at 1, not
+            axes.set_ylim(-0.05, 1.05)      # a flat line on an axis of 0.96-1.04
         axes.grid(alpha=0.3)
     figure.suptitle(title)
-    figure.savefig(path, dpi=100)
-    return path
+    return figure
 
 
 def plot_run(run_dir: Path) -> list[Path]:

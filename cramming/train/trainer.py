@@ -26,7 +26,8 @@ from cramming.gradient_step import Step
 from cramming.hardware import budget_seconds
 from cramming.model import build_mlm_model, training_flops_per_token
 from cramming.provenance import config_sha256, provenance
-from cramming.runs import FINAL, new_run_dir, record_config, resolve_checkpoint, run_of
+from cramming.runs import (CONFIG_FILE, FINAL, RunStart, new_run_dir, record_config, resolve_checkpoint,
+                           run_of)
 from cramming.runtime import deterministic_algorithms, prepare_device
 from cramming.train.callbacks import Callback, CallbackList, Progress, TrainState
 from cramming.train.checkpoint import (Checkpointer, Heartbeat, NonFiniteWeightsError, charge_lost_time,
@@ -70,8 +71,8 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
     trained = None
     try:
         try:
-            with deterministic_algorithms(cfg.impl.deterministic):
-                trained = _pretrain(cfg, dist, list(callbacks))
+            with deterministic_algorithms(cfg.impl.deterministic), RunStart(STARTED_RUN_FILES) as start:
+                trained = _pretrain(cfg, dist, list(callbacks), start)
         finally:
             dist.close()  # after an error; a finished training has left the group already
         if cfg.eval is not None and dist.is_main:
@@ -92,7 +93,11 @@ class Trained:
     wandb: WandbLogger | None
 
 
-def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
+# What a run directory holds before its first step: a failed start (W&B not starting, ...) leaves no more, removed.
+STARTED_RUN_FILES = (CONFIG_FILE, "wandb", "metrics.jsonl")
+
+
+def _pretrain(cfg, dist: Distributed, callbacks: list[Callback], start: RunStart) -> Trained:
     started = time.perf_counter()
     settings = resolve_settings(cfg, dist.local_rank)
     techniques = build_techniques(cfg, RunContext(settings.device, settings.compile, settings.precision.name,
@@ -124,6 +129,7 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
                  format_duration(progress.elapsed))
     run_dir = _run_directory(cfg, dist, checkpoint, progress)
     if dist.is_main:
+        start.directory = run_dir
         record_config(run_dir, cfg, earlier_run=run_of(checkpoint) if checkpoint else None)  # appended
     run_provenance = {**provenance(settings.device), "dataset": dataset.path.name,
                       "config_sha256": config_sha256(OmegaConf.to_container(cfg, resolve=True))}
@@ -177,6 +183,7 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
         budget_ran_out=agreement.budget_ran_out, on_microbatch=count_microbatch))
 
     stop_reason, summary = "error", None
+    start.done()
     try:
         # Ctrl-C / SIGTERM: stop after the step with a checkpoint, then leave the run's record; a second signal,
         # while training or while the record is written, exits at once

@@ -70,9 +70,9 @@ class Validation(Callback):
     def after_step(self, state: TrainState) -> None:
         fraction = self.agreement.fraction(state.progress)
         due = [f for f in self.fractions if f <= fraction and f not in self.passed]
-        if due:
+        if due:  # labelled where training is: a short run may pass 75% and 100% in one step
             self.passed += due
-            self._run(state, f"at {100 * max(due):.0f}% of training")
+            self._run(state, "at the end" if fraction >= 1 else f"at {100 * fraction:.0f}% of training")
             self._check_early_stop(state, fraction)
 
     def on_train_end(self, state: TrainState, reason: str) -> None:

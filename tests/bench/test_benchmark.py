@@ -90,6 +90,26 @@ def test_benchmark_rejects_bad_settings(overrides, message, real):
     assert result.stderr.strip().splitlines()[-1] == message
 
 
+@pytest.mark.parametrize(("overrides", "layers"), [([], 4), (["benchmark.batch_size=2"], None),
+                                                  (["arch=crammed-bert-tiny"], None), (["benchmark.layers=16"], 16)])
+def test_on_the_cpu_with_no_size_given_it_runs_a_cpu_sized_model_and_says_so(monkeypatch, tmp_path, overrides, layers):
+    """With its defaults on a CPU it ran the full 16-layer, 120M-parameter model, ten minutes, without a word."""
+    import torch
+
+    import cramming.cli.benchmark as command
+
+    ran = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(command, "run_benchmark", ran.append)  # what it would run: the settings are the point
+    result = in_process("benchmark", *overrides, f"benchmark.output_dir={tmp_path}")
+    assert result.returncode == 0 and "Traceback" not in result.stderr
+    [cfg] = ran
+    assert cfg.benchmark.layers == layers
+    said = ("on the CPU with no size given: benchmark.layers=4 instead of crammed-bert's 16, to end in minutes (set "
+            "benchmark.layers= to choose)")
+    assert (said in result.stdout + result.stderr) == (not overrides)
+
+
 @pytest.mark.parametrize(("overrides", "needed", "shape", "gib"), [
     # the issue's GPU line on a 24 GB CPU machine (20 GiB of it free): killed for memory minutes later, before
     (["benchmark.dtype=bf16", "benchmark.compile=true", "benchmark.batch_size=256"], "24.5", "256 x 128 tokens "

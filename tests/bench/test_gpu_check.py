@@ -227,3 +227,19 @@ def test_the_gpu_budget_test_holds_when_compilation_leaves_one_step(shared_cache
     result = summary(run_dir)
     assert result["steps"] == 1 and result["compile_s"] is None
     assert_a_budget_run(result)
+
+
+def test_each_check_without_output_dir_gets_its_own_folder_and_glue_alone_finds_the_last_cram(tmp_path):
+    """Two checks wrote to one outputs/gpu_check/, the second over the first; output_dir= stays as given."""
+    earlier_cram = tmp_path / "outputs" / "gpu_check" / "2026-01-01_00-00-00" / "cram"
+    earlier_cram.mkdir(parents=True)  # an earlier check's cram stage, without a checkpoint
+    runs = [in_process("gpu_check", "stage=glue", "device=cpu", cwd=tmp_path) for _ in range(2)]
+    for run in runs:  # the glue stage alone scores the newest earlier cram: here it has no checkpoint
+        assert run.returncode == 2 and "Traceback" not in run.stderr
+        assert f"stage(s) failed: glue (output_dir={earlier_cram.relative_to(tmp_path)}: not a" in run.stderr
+    folders = [path for path in (tmp_path / "outputs" / "gpu_check").iterdir() if path != earlier_cram.parent]
+    assert len(folders) == 2 and all((folder / "glue.json").is_file() for folder in folders)
+    given = tmp_path / "given"
+    assert in_process("gpu_check", "stage=glue", "device=cpu", f"output_dir={given}").returncode == 2
+    assert (given / "glue.json").is_file() and f"{given / 'cram'} does not exist" in json.loads(
+        (given / "glue.json").read_text())["error"]

@@ -72,6 +72,21 @@ def test_fit_then_check_on_this_machine(tmp_path):
     assert reused["speed"]["constants"] == stored["constants"]
 
 
+def test_runs_on_other_data_or_tokenizers_are_not_fitted_together(tmp_path):
+    """runs='outputs/*/*/metrics.jsonl' fitted one law across unrelated corpora and vocabularies, without a word."""
+    arch = ModelConfig(name="tiny", num_layers=2, hidden_size=64, num_heads=4, intermediate_size=256)
+    for i, vocab_size in enumerate([4096, 4096, 32768]):
+        write_run(tmp_path / "runs" / f"r{i}" / "2026-01-01_00-00-00", arch, [8.0, 6.0 - 0.2 * i], vocab_size=vocab_size)
+    result = in_process("calculator", "budget=24", "gpu=2080ti", f"runs={tmp_path}/runs/*/*/metrics.jsonl",
+                        f"output_dir={tmp_path / 'out'}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == (
+        f"error: runs= mixes runs on different data or tokenizers (data.tokenizer.vocab_size=4096 in "
+        f"{tmp_path}/runs/r0/2026-01-01_00-00-00, 32768 in {tmp_path}/runs/r2/2026-01-01_00-00-00): a loss fit "
+        "needs runs on the same data and tokenizer; choose them with runs=")
+    assert not (tmp_path / "out").exists()
+
+
 def test_bad_input_is_one_line(tmp_path):
     result = run(tmp_path, "budget=-1")
     assert result.returncode == 2

@@ -53,10 +53,10 @@ def test_size_rule_matches_the_reference_numbers():
     assert 10 / growth == pytest.approx(1.35, abs=0.01)  # ... and 1.35x steps
 
 
-def write_run(directory, arch: ModelConfig, losses, tokens_per_record=1000):
+def write_run(directory, arch: ModelConfig, losses, tokens_per_record=1000, vocab_size=4096):
     directory.mkdir(parents=True)
     config = {"arch": OmegaConf.structured(arch), "train": {"mlm_rate": 0.25},
-              "data": {"tokenizer": {"vocab_size": 4096}, "seq_length": 128}}
+              "data": {"tokenizer": {"vocab_size": vocab_size}, "seq_length": 128}}
     OmegaConf.save(OmegaConf.create(config), directory / "config.yaml")
     records = [{"step": i + 1, "tokens": (i + 1) * tokens_per_record, "loss": loss}
                for i, loss in enumerate(losses)]

@@ -90,3 +90,21 @@ def test_an_out_of_range_label_is_a_one_line_error_naming_file_line_and_value(rt
     run = _eval_glue(*arguments) if real else in_process("eval_glue", *arguments)
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     assert run.stderr.strip().splitlines()[-1].startswith(f"error: {data / folder / 'dev.tsv'}, line 2: {message}")
+
+
+@pytest.mark.parametrize(("tasks", "message", "real"), [  # one as a real subprocess
+    ("[cola,sst2,mrpc,stsb,qqp,mnli,qnli,rte]", "cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte: nyu-mll/glue from the hub: ",
+     True),
+    ("[swag]", "swag: allenai/swag from the hub: ", False),
+])
+def test_no_data_offline_is_one_short_line_and_leaves_no_output_folder(rte_checkpoint, tmp_path, tasks, message, real):
+    """Offline without eval.data_dir, the same hub error was printed 8 times as warnings and 8 times in the error
+    (1,100 characters), SWAG's was called a GLUE task's, and outputs/glue/<ts>/ kept only Hydra's config and log."""
+    arguments = (f"ckpt={rte_checkpoint}", f"eval.tasks={tasks}", f"output_dir={tmp_path / 'out'}")
+    run = _eval_glue(*arguments, timeout=120) if real else in_process("eval_glue", *arguments)
+    assert run.returncode == 2 and "Traceback" not in run.stderr and "WARNING" not in run.stdout + run.stderr
+    line = run.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: no data for any requested task ({message}") and "GLUE" not in line
+    assert line.count("from the hub") == 1 and line.endswith("eval.data_dir=<folder> reads the tasks' files instead "
+                                                              "(docs/glue.md)")
+    assert not (tmp_path / "out").exists()

@@ -59,3 +59,13 @@ def test_token_labels_do_not_run_together_and_a_one_record_run_is_drawn():
     for axes in (by_time, by_tokens):
         (_, single) = axes.get_lines()
         assert len(single.get_xdata()) == 1 and single.get_marker() == "o"
+
+
+def test_a_fraction_is_drawn_on_its_whole_range():
+    """A run clipping every step drew "fraction of steps clipped" as a flat line on an axis of 0.96-1.04."""
+    from cramming.train.plots import panels_figure
+
+    figure = panels_figure([([1, 2, 3], "training time (s)", [1.0, 1.0, 1.0], "fraction of steps clipped"),
+                            ([1, 2, 3], "training time (s)", [2.0, 2.0, 2.0], "gradient norm (before clipping)")], "t")
+    clipped, norm = figure.axes
+    assert clipped.get_ylim() == (-0.05, 1.05) and norm.get_ylim() != (-0.05, 1.05)

@@ -17,6 +17,7 @@ from matplotlib.image import imread
 from safetensors.torch import load_file
 
 import cramming
+from cramming.cli.groups import replaced_choices
 from cramming.errors import CrammingError
 from cramming.train.callbacks import Callback
 from cramming.train.trainer import pretrain as pretrain_in_process
@@ -229,3 +230,23 @@ def test_wandb_online_without_an_account_is_one_line(shared_cache, tmp_path):
     )
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "error: wandb=online: W&B did not start" in run.stderr
+    assert not list((tmp_path / "t").iterdir())  # a failed start leaves no run folder holding only its config
+
+
+@pytest.mark.slow
+def test_a_group_choice_over_the_quickstarts_own_is_shown_and_a_last_step_validation_is_the_end(shared_cache,
+                                                                                                 tmp_path):
+    """`--config-name quickstart train=steps` silently brought back the recipe's 8192-sequence batch ramp in place
+    of quick's 256; and a validation due at 75% that ran at the last step was labelled "75% of training"."""
+    run = pretrain("--config-name", "quickstart", "train=steps", "train.max_steps=3", "train.batch_size=64",
+                   "impl.microbatch_size=16", f"output_dir={tmp_path}")
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+    console = run.stdout + run.stderr
+    assert ("train=steps replaces quickstart's train=quick: train.progress budget -> steps; to keep train=quick, "
+            "set keys instead (e.g. train.progress=steps)") in console  # the keys given (batch_size) not named
+    labels = [line.split(" (step")[0] for line in console.splitlines() if line.startswith("validation at")]
+    assert labels == ["validation at 33% of training", "validation at 67% of training", "validation at the end"]
+    assert replaced_choices("quickstart", ["train=steps", "train.max_steps=3"]) == [
+        "train=steps replaces quickstart's train=quick: train.progress budget -> steps, train.batch_size 256 -> "
+        "8192; to keep train=quick, set keys instead (e.g. train.progress=steps)"]
+    assert replaced_choices("quickstart", ["train=quick"]) == replaced_choices("pretrain", ["train=steps"]) == []

@@ -42,7 +42,12 @@ class TaskData:
 
 
 class DataMissing(Exception):
-    """A task's files are absent or the hub is out of reach: the task is reported as missing, the rest run."""
+    """A task's files are absent or the hub is out of reach: the task is reported as missing, the rest run.
+    `cause`: what several tasks' reasons share (the hub out of reach), said once for all of them."""
+
+    def __init__(self, message: str, cause: str | None = None):
+        super().__init__(message)
+        self.cause = cause
 
 
 class Task(ABC):
@@ -112,7 +117,8 @@ def load_hub(path: str, config: Optional[str], split: str):
         return datasets.load_dataset(path, config, split=split)
     except Exception as error:  # offline, unknown split, hub errors: all mean "not available here"
         first_line = (str(error).strip().splitlines() or [""])[0]
-        raise DataMissing(f"{path}/{config} split {split}: {type(error).__name__}: {first_line}") from None
+        raise DataMissing(f"{path}/{config} split {split}: {type(error).__name__}: {first_line}",
+                          cause=f"{path} from the hub: {type(error).__name__}: {first_line}") from None
 
 
 def load_splits(task: Task, folder: str, data_dir: Optional[str], train_file: str, read_file: Callable[[Path], Any],

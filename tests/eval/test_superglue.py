@@ -223,7 +223,7 @@ def test_a_bad_race_answer_and_a_missing_file_end_in_one_line(checkpoint, data_d
                      f"output_dir={tmp_path / 'out2'}")
     assert run.returncode == 2
     assert run.stderr.strip().splitlines()[-1] == (
-        f"error: no data for any requested GLUE task ({root / 'MultiRC' / 'train.jsonl'} not found)")
+        f"error: no data for any requested task (multirc: {root / 'MultiRC' / 'train.jsonl'} not found)")
 
 
 def _eval_glue(*overrides: str) -> subprocess.CompletedProcess:

@@ -33,6 +33,15 @@ def describe_os_error(error: OSError) -> str:
     return f"cannot use{where}: {error.strerror or error}"
 
 
+def size_text(count: float, unit: str = "B") -> str:
+    """1536 -> '1.54 KB' (powers of 1000: B, KB, MB, GB, TB, PB, EB)."""
+    for prefix in ("", "K", "M", "G", "T", "P"):
+        if abs(count) < 1000:
+            return f"{count:.3g} {prefix}{unit}" if prefix else f"{count:g} {unit}"
+        count /= 1000
+    return f"{count:.3g} E{unit}"
+
+
 def fail(message: str, exit_code: int = 2, label: str = "error"):
     """Print `<label>: <message>` as one line and exit."""
     print(f"{label}: " + " ".join(str(message).split()), file=sys.stderr)

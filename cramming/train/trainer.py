@@ -25,6 +25,8 @@ from cramming.files import write_atomically
 from cramming.gradient_step import Step
 from cramming.hardware import budget_seconds
 from cramming.model import build_mlm_model, training_flops_per_token
+from cramming.model.checkpoint import check_declared_shapes, declared_sizes
+from cramming.model.config import as_model_config
 from cramming.provenance import config_sha256, provenance
 from cramming.runs import FINAL, new_run_dir, record_config, resolve_checkpoint, run_of
 from cramming.runtime import deterministic_algorithms, prepare_device
@@ -106,14 +108,17 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
     vocab_size, seq_length = dataset.meta["vocab_size"], dataset.seq_length
     tokenizer = as_transformers_tokenizer(load_tokenizer(dataset.tokenizer_path), seq_length)
 
+    checkpoint = saved = None
+    if cfg.resume:  # the model this run trains must fit the checkpoint's weights before it is given memory
+        checkpoint = resolve_checkpoint(cfg.resume, Path(cfg.output_dir) / cfg.name, key="resume", need_state=True)
+        saved = load_state(checkpoint)
+        arch = as_model_config(cfg.arch)
+        check_declared_shapes(checkpoint, lambda: build_mlm_model(arch, vocab_size),
+                              declared_sizes(arch, vocab_size), "the config this resume trains with")
     model = build_mlm_model(cfg.arch, vocab_size).to(settings.device)
     prepare_model(techniques, model)  # e.g. activation checkpointing, fp8
     optimizer = wrap_optimizer(techniques, build_pretraining_optimizer(model, cfg.train.optim))  # e.g. offload
     scaler = settings.precision.grad_scaler()
-    checkpoint = saved = None
-    if cfg.resume:
-        checkpoint = resolve_checkpoint(cfg.resume, Path(cfg.output_dir) / cfg.name, key="resume", need_state=True)
-        saved = load_state(checkpoint)
     settings, microbatch_source = choose_microbatch(cfg, settings, dist, model, vocab_size, seq_length, saved,
                                                     extra_memory(techniques, model))
     fingerprint = resume_fingerprint(cfg, settings.microbatch_size, dist.world_size)

@@ -4,13 +4,29 @@ without trusting it blindly.
 A plain `Path.write_text` truncates first: a kill (SIGKILL, power loss) between the truncation and the last
 write loses the file's old content and its new one. Here the new content goes to a temporary file beside
 it, reaches the disk (fsync), and only then takes the file's name (an atomic rename on POSIX).
+
+A name a user gives that becomes a folder (a run's name, a dataset's, a sweep's run labels) is one safe path
+component (`folder_name`): it never leaves the directory it is meant for.
 """
 
 import json
 import os
+import re
 from pathlib import Path
 
 from cramming.errors import CrammingError
+
+
+NAME_CHARACTERS = "ASCII letters, digits and . _ - +"
+_FOLDER_NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,127}")
+
+
+def folder_name(key: str, value, folder: str) -> tuple[bool, str]:
+    """A `require` rule: `value`, which names the folder `folder`, is one path component that stays where
+    it is put: 1 to 128 of NAME_CHARACTERS, not starting with a dot (no `..`, `/`, newline, hidden name)."""
+    ok = isinstance(value, str) and _FOLDER_NAME.fullmatch(value) is not None
+    return ok, (f"{key}={value!r} names the folder {folder}: it must be 1 to 128 of the {NAME_CHARACTERS}, "
+                "not starting with a dot")
 
 
 def write_atomically(path: Path, text: str) -> None:

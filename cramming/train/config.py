@@ -13,6 +13,7 @@ from omegaconf import MISSING, OmegaConf
 
 from cramming.data.config import DataConfig
 from cramming.errors import require
+from cramming.files import folder_name
 from cramming.eval.config import GlueConfig
 from cramming.hardware import GpuProfile
 from cramming.model.config import ModelConfig, as_model_config
@@ -238,7 +239,8 @@ class PretrainConfig:
         arch = as_model_config(self.arch)
         self.data.check()
         train, masked = self.train, round(self.train.mlm_rate * self.data.seq_length)
-        require([(math.isfinite(self.budget) and self.budget > 0,
+        require([folder_name("name", self.name, "<output_dir>/<name>/<timestamp>"),
+                 (math.isfinite(self.budget) and self.budget > 0,
                   f"budget={self.budget} must be a positive number (GPU-hours)")])
         train.check()
         self.impl.check()

@@ -108,3 +108,13 @@ def test_bad_input_is_one_clear_line(cache_dir, overrides, message, real):
     assert run.returncode != 0
     assert message in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_a_dataset_name_is_one_folder_inside_the_cache(tmp_path):
+    run = prepare("data=embedded", "data.name=../../escaped", f"cache_dir={tmp_path / 'cache'}")
+    assert run.returncode == 2 and "Traceback" not in run.stderr + run.stdout
+    assert run.stderr.strip().splitlines()[-1] == (
+        "error: data.name='../../escaped' names the folder <cache_dir>/data/<data.name>-<key>: it must be 1 "
+        "to 128 of the ASCII letters, digits and . _ - +, not starting with a dot")
+    assert list(tmp_path.iterdir()) == []
+

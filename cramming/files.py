@@ -3,7 +3,9 @@ without trusting it blindly.
 
 A plain `Path.write_text` truncates first: a kill (SIGKILL, power loss) between the truncation and the last
 write loses the file's old content and its new one. Here the new content goes to a temporary file beside
-it, reaches the disk (fsync), and only then takes the file's name (an atomic rename on POSIX).
+it, reaches the disk (fsync), and only then takes the file's name (an atomic rename on POSIX). A write that
+fails (a full disk) removes its temporary file or folder and is reported as itself (`WriteFailed`, or the
+OSError named after the file the user knows), and nothing more is written after it.
 
 A name a user gives that becomes a folder (a run's name, a dataset's, a sweep's run labels) is one safe path
 component (`folder_name`): it never leaves the directory it is meant for.
@@ -14,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from cramming.errors import CrammingError
+from cramming.errors import DISK_FULL, CrammingError, free_space
 
 
 NAME_CHARACTERS = "ASCII letters, digits and . _ - +"
@@ -29,6 +31,11 @@ def folder_name(key: str, value, folder: str) -> tuple[bool, str]:
                 "not starting with a dot")
 
 
+class WriteFailed(CrammingError):
+    """A write that failed (a full disk, a quota, an I/O error), its partial copy removed: the one line names
+    it and the space left, and nothing more is written after it (no summary of a half-finished run)."""
+
+
 def write_atomically(path: Path, text: str) -> None:
     """Replace path's content with text: a reader (or a crash) sees the old file or the new one, never a mix."""
     path = Path(path)
@@ -40,7 +47,11 @@ def write_atomically(path: Path, text: str) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except OSError as error:  # named after the file the user knows, not the temporary one
+        space = free_space(path.parent) if error.errno in DISK_FULL else None  # before the partial copy goes
         tmp.unlink(missing_ok=True)
+        if space is not None:
+            raise WriteFailed(f"cannot write {path}: {error.strerror} ({space}); its partial copy is "
+                              "removed") from None
         raise OSError(error.errno, error.strerror, str(path)) from None
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -10,6 +10,7 @@ declares is checked against the shapes in model.safetensors' header before any m
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -67,7 +68,14 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike, tokenizer: "
     if provenance is not None:
         config["provenance"] = provenance
     # Write to temporary names, then rename: a crash mid-save never leaves a half-written checkpoint file.
-    save_file(state, directory / (WEIGHTS_NAME + ".tmp"), metadata={"format": "pt"})
+    try:
+        save_file(state, directory / (WEIGHTS_NAME + ".tmp"), metadata={"format": "pt"})
+    except SafetensorError as error:  # an I/O error (a full disk) as the OSError it is
+        code = re.search(r"\(os error (\d+)\)", str(error))
+        if code is None:
+            raise
+        number = int(code.group(1))
+        raise OSError(number, os.strerror(number), str(directory / WEIGHTS_NAME)) from None
     os.replace(directory / (WEIGHTS_NAME + ".tmp"), directory / WEIGHTS_NAME)
     (directory / (CONFIG_NAME + ".tmp")).write_text(json.dumps(config, indent=2) + "\n")
     os.replace(directory / (CONFIG_NAME + ".tmp"), directory / CONFIG_NAME)

@@ -21,7 +21,7 @@ from cramming.data.prepare import prepare_dataset
 from cramming.data.store import PreparedDataset
 from cramming.data.stream import Microbatches
 from cramming.data.tokenizer import as_transformers_tokenizer, load_tokenizer
-from cramming.files import write_atomically
+from cramming.files import WriteFailed, write_atomically
 from cramming.gradient_step import Step
 from cramming.hardware import budget_seconds
 from cramming.model import build_mlm_model, training_flops_per_token
@@ -197,10 +197,13 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
             except KeyboardInterrupt:
                 stop_reason = "interrupted"
                 raise
-            finally:  # however training ended, leave its record (rank 0)
+            except (WriteFailed, OSError):  # a full disk: the one line names the write that failed first
+                stop_reason = "write failed"
+                raise
+            finally:  # however training ended, leave its record (rank 0), unless writing is what failed
                 for progress_bar in bar:
                     progress_bar.close()
-                if dist.is_main:
+                if dist.is_main and stop_reason != "write failed":
                     summary = _leave_record(RunFacts(
                         records=[], stop_reason=stop_reason, progress=vars(progress), budget_hours=cfg.budget,
                         wall_budget=clock.budget_seconds, session_training_s=progress.elapsed - clock.elapsed_before,

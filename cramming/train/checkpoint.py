@@ -23,8 +23,10 @@ from torch import nn
 from cramming.data.config import DataConfig
 from cramming.errors import CrammingError, free_space
 from cramming.files import WriteFailed, write_atomically
-from cramming.model.checkpoint import load_weights, non_finite, read_weights, save_pretrained
-from cramming.model.config import ModelConfig
+from cramming.model import build_mlm_model
+from cramming.model.checkpoint import (check_declared_shapes, declared_sizes, load_weights, non_finite,
+                                       read_weights, save_pretrained)
+from cramming.model.config import ModelConfig, as_model_config
 from cramming.runs import FINAL, STATE_FILE, differences, flatten, step_name
 from cramming.train.callbacks import Callback, CallbackList, Progress, TrainState
 from cramming.train.config import TrainConfig
@@ -153,14 +155,7 @@ def restore(checkpoint: Path, saved: dict, fingerprint: dict, resume: str, model
         before, now = _pop(theirs, path), _pop(ours, path)
         if before != now:
             log.warning("resume: %s changed from %s to %s", ".".join(path), before, now)
-    defaults = flatten(_schema_defaults())
-    # A key the checkpoint predates is fine at its default (what the older code did without it).
-    differing = [(key, before, now) for key, before, now in differences(theirs, ours)
-                 if not (before == "(absent)" and key in defaults and now == defaults[key])]
-    if differing:
-        shown = "; ".join(f"{key}: {before} in the checkpoint, {now} now" for key, before, now in differing[:3])
-        raise CrammingError(f"resume={resume}: the settings differ from the checkpoint's ({shown}"
-                            f"{'; ...' if len(differing) > 3 else ''}); resume with the same settings, or start a new run")
+    check_same_settings(theirs, ours, resume)
     load_weights(model, read_weights(checkpoint), checkpoint)
     if not finite_optimizer_state(saved["optimizer"]):
         raise CrammingError(f"resume={resume}: the optimizer state in {checkpoint} is not finite (the run diverged "
@@ -176,6 +171,28 @@ def restore(checkpoint: Path, saved: dict, fingerprint: dict, resume: str, model
     if device.type == "cuda" and saved["rng"]["cuda"] is not None:
         torch.cuda.set_rng_state(saved["rng"]["cuda"], device)
     return Progress(**saved["progress"])
+
+
+def check_same_settings(theirs: dict, ours: dict, resume: str) -> None:
+    """The fingerprinted settings (or a part of them) of a checkpoint and of its resume are the same; a key
+    the checkpoint predates is fine at its default (what the older code did without it)."""
+    defaults = flatten(_schema_defaults())
+    differing = [(key, before, now) for key, before, now in differences(theirs, ours)
+                 if not (before == "(absent)" and key in defaults and now == defaults[key])]
+    if differing:
+        shown = "; ".join(f"{key}: {before} in the checkpoint, {now} now" for key, before, now in differing[:3])
+        raise CrammingError(f"resume={resume}: the settings differ from the checkpoint's ({shown}"
+                            f"{'; ...' if len(differing) > 3 else ''}); resume with the same settings, or start a new run")
+
+
+def check_resumed_model(checkpoint: Path, saved: dict, cfg, vocab_size: int) -> None:
+    """Before the model a resume trains is given memory: its arch is the one the checkpoint trained (the
+    fingerprint in its trainer state), and its weights' shapes are those in its model.safetensors."""
+    arch = as_model_config(cfg.arch)
+    check_same_settings({"arch": saved["fingerprint"].get("arch", {})},
+                        {"arch": OmegaConf.to_container(cfg.arch, resolve=True)}, cfg.resume)
+    check_declared_shapes(checkpoint, lambda: build_mlm_model(arch, vocab_size),
+                          declared_sizes(arch, vocab_size), "the config this resume trains with")
 
 
 def _pop(tree: dict, path: tuple[str, ...]):

@@ -25,14 +25,12 @@ from cramming.files import WriteFailed, write_atomically
 from cramming.gradient_step import Step
 from cramming.hardware import budget_seconds
 from cramming.model import build_mlm_model, training_flops_per_token
-from cramming.model.checkpoint import check_declared_shapes, declared_sizes
-from cramming.model.config import as_model_config
 from cramming.provenance import config_sha256, provenance
 from cramming.runs import FINAL, new_run_dir, record_config, resolve_checkpoint, run_of
 from cramming.runtime import deterministic_algorithms, prepare_device
 from cramming.train.callbacks import Callback, CallbackList, Progress, TrainState
 from cramming.train.checkpoint import (Checkpointer, Heartbeat, NonFiniteWeightsError, charge_lost_time,
-                                       load_state, restore, resume_fingerprint)
+                                       check_resumed_model, load_state, restore, resume_fingerprint)
 from cramming.train.config import check_pretrain_config
 from cramming.train.distributed import Distributed, NodeHandoff
 from cramming.train.loop import Schedule, count_microbatch, counted_finite, run_loop
@@ -112,9 +110,7 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
     if cfg.resume:  # the model this run trains must fit the checkpoint's weights before it is given memory
         checkpoint = resolve_checkpoint(cfg.resume, Path(cfg.output_dir) / cfg.name, key="resume", need_state=True)
         saved = load_state(checkpoint)
-        arch = as_model_config(cfg.arch)
-        check_declared_shapes(checkpoint, lambda: build_mlm_model(arch, vocab_size),
-                              declared_sizes(arch, vocab_size), "the config this resume trains with")
+        check_resumed_model(checkpoint, saved, cfg, vocab_size)
     model = build_mlm_model(cfg.arch, vocab_size).to(settings.device)
     prepare_model(techniques, model)  # e.g. activation checkpointing, fp8
     optimizer = wrap_optimizer(techniques, build_pretraining_optimizer(model, cfg.train.optim))  # e.g. offload

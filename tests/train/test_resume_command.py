@@ -143,3 +143,19 @@ def test_a_run_asking_for_an_absurd_model_is_one_line_before_any_allocation(shar
         "embeddings.word_embeddings.weight [4096, 128])): the config does not describe these weights (damaged "
         "or edited?)")
     assert not (run_dir / "checkpoints" / "step-00000005").exists()
+
+
+def test_a_resume_goes_on_in_its_own_folder_whatever_its_name_and_a_new_name_must_be_one_folder(
+        shared_cache, tmp_path, straight_run):
+    """A run made before names were checked (here in `my run/`) resumes in place; a name given to a resume
+    is the folder of a new run directory, so it follows the rule, before anything is prepared."""
+    run_dir = stopped_at_step_4(straight_run, tmp_path)
+    legacy = run_dir.parent.with_name("my run")
+    run_dir.parent.rename(legacy)
+    refused = in_process("pretrain", f"resume={legacy / run_dir.name}", "name=../../elsewhere")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr and "data:" not in refused.stdout
+    assert refused.stderr.strip().startswith("error: name='../../elsewhere' names the folder <output_dir>/")
+    resumed = in_process("pretrain", f"resume={legacy / run_dir.name}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert (legacy / run_dir.name / "checkpoints" / "final").is_dir()
+    assert sorted(tmp_path.iterdir()) == [legacy]  # on in place: no new run directory

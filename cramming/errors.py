@@ -2,13 +2,16 @@
 
 Every command has one boundary, `exit_on_user_error`: a CrammingError (our checks), a required key left
 unset, an operating-system error on a path (a file where a directory belongs, no permission, a full
-disk) or Ctrl-C becomes `error: <one line>` on stderr and a non-zero exit. CRAMMING_DEBUG=1 shows the
-traceback instead.
+disk, with the space left) or Ctrl-C becomes `error: <one line>` on stderr and a non-zero exit.
+CRAMMING_DEBUG=1 shows the traceback instead.
 """
 
+import errno
 import functools
 import os
+import shutil
 import sys
+from pathlib import Path
 
 from omegaconf.errors import MissingMandatoryValue
 
@@ -29,8 +32,32 @@ def require(rules: list[tuple[bool, str]]) -> None:
 
 
 def describe_os_error(error: OSError) -> str:
+    """One line for an operating-system error; a full disk or quota also says how much space is left there."""
     where = f" {error.filename}" if error.filename else ""
-    return f"cannot use{where}: {error.strerror or error}"
+    space = f" ({free_space(error.filename)})" if error.errno in DISK_FULL and error.filename else ""
+    return f"cannot use{where}: {error.strerror or error}{space}"
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def free_space(path) -> str:
+    """How much the filesystem holding `path` has left, as a phrase naming its nearest existing directory."""
+    existing = next((p for p in (Path(path), *Path(path).parents) if p.is_dir()), Path("/"))
+    try:
+        usage = shutil.disk_usage(existing)
+    except OSError:
+        return f"free space on {existing} unknown"
+    return f"{size_text(usage.free)} free of {size_text(usage.total)} in {existing}"
+
+
+def size_text(count: float, unit: str = "B") -> str:
+    """1536 -> '1.54 KB' (powers of 1000: B, KB, MB, GB, TB, PB, EB)."""
+    for prefix in ("", "K", "M", "G", "T", "P"):
+        if abs(count) < 1000:
+            return f"{count:.3g} {prefix}{unit}" if prefix else f"{count:g} {unit}"
+        count /= 1000
+    return f"{count:.3g} E{unit}"
 
 
 def fail(message: str, exit_code: int = 2, label: str = "error"):

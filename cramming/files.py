@@ -3,14 +3,37 @@ without trusting it blindly.
 
 A plain `Path.write_text` truncates first: a kill (SIGKILL, power loss) between the truncation and the last
 write loses the file's old content and its new one. Here the new content goes to a temporary file beside
-it, reaches the disk (fsync), and only then takes the file's name (an atomic rename on POSIX).
+it, reaches the disk (fsync), and only then takes the file's name (an atomic rename on POSIX). A write that
+fails (a full disk) removes its temporary file or folder and is reported as itself (`WriteFailed`, or the
+OSError named after the file the user knows), and nothing more is written after it.
+
+A name a user gives that becomes a folder (a run's name, a dataset's, a sweep's run labels) is one safe path
+component (`folder_name`): it never leaves the directory it is meant for.
 """
 
 import json
 import os
+import re
 from pathlib import Path
 
-from cramming.errors import CrammingError
+from cramming.errors import DISK_FULL, CrammingError, free_space
+
+
+NAME_CHARACTERS = "ASCII letters, digits and . _ - +"
+_FOLDER_NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,127}")
+
+
+def folder_name(key: str, value, folder: str) -> tuple[bool, str]:
+    """A `require` rule: `value`, which names the folder `folder`, is one path component that stays where
+    it is put: 1 to 128 of NAME_CHARACTERS, not starting with a dot (no `..`, `/`, newline, hidden name)."""
+    ok = isinstance(value, str) and _FOLDER_NAME.fullmatch(value) is not None
+    return ok, (f"{key}={value!r} names the folder {folder}: it must be 1 to 128 of the {NAME_CHARACTERS}, "
+                "not starting with a dot")
+
+
+class WriteFailed(CrammingError):
+    """A write that failed (a full disk, a quota, an I/O error), its partial copy removed: the one line names
+    it and the space left, and nothing more is written after it (no summary of a half-finished run)."""
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -24,7 +47,11 @@ def write_atomically(path: Path, text: str) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except OSError as error:  # named after the file the user knows, not the temporary one
+        space = free_space(path.parent) if error.errno in DISK_FULL else None  # before the partial copy goes
         tmp.unlink(missing_ok=True)
+        if space is not None:
+            raise WriteFailed(f"cannot write {path}: {error.strerror} ({space}); its partial copy is "
+                              "removed") from None
         raise OSError(error.errno, error.strerror, str(path)) from None
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -17,8 +17,8 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from cramming.errors import CrammingError
-from cramming.files import write_atomically
+from cramming.errors import CrammingError, require
+from cramming.files import folder_name, write_atomically
 
 WEIGHTS_FILE = "model.safetensors"
 STATE_FILE = "trainer_state.pt"
@@ -31,8 +31,14 @@ def step_name(step: int) -> str:
     return f"step-{step:08d}"
 
 
+def check_run_name(name) -> None:
+    """`name` is one folder inside output_dir (files.folder_name): what a new run's directory is made of."""
+    require([folder_name("name", name, "<output_dir>/<name>/<timestamp>")])
+
+
 def new_run_dir(output_dir: str | Path, name: str) -> Path:
     """<output_dir>/<name>/<timestamp>, created; a suffix tells apart runs started in the same second."""
+    check_run_name(name)
     run_dir = Path(output_dir) / name / time.strftime("%Y-%m-%d_%H-%M-%S")
     suffix = 1
     while run_dir.exists():

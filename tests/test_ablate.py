@@ -57,6 +57,9 @@ def test_a_sweep_without_runs_or_with_a_budget_of_its_own_is_refused():
         check_sweep("empty", SweepConfig(base=["data=embedded"], runs={}))
     with pytest.raises(CrammingError, match="run b sets budget=2; the budget belongs in `base`"):
         check_sweep("uneven", SweepConfig(runs={"a": [], "b": ["budget=2"]}))
+    with pytest.raises(CrammingError, match=r"sweep=mine: run label='../b' names the folder "
+                                            r"<output_dir>/runs/<label>/<timestamp>: it must be 1 to 128"):
+        check_sweep("mine", SweepConfig(runs={"a": [], "../b": []}))  # a label is a run's folder
 
 
 def test_the_sweeps_later_rows_name_an_earlier_row_of_the_same_sweep(tmp_path):

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 from cramming.errors import CrammingError
+from cramming.files import folder_name
 from cramming.runs import (STATE_FILE, WEIGHTS_FILE, comparison_path, new_run_dir, record_config, resolve_checkpoint,
                            run_config, run_configs, run_of)
+from tests.commands import in_subprocess
 
 
 def checkpoint(directory: Path, age: float = 0.0, state: bool = True) -> Path:
@@ -112,3 +114,24 @@ def test_a_checkpoint_knows_its_run_and_comparisons_go_under_outputs(tmp_path):
     assert run_of(tmp_path / "ckpt") is None  # a checkpoint directory on its own
     path = comparison_path("loss")
     assert path.parent == Path("outputs") / "comparisons" and path.name.endswith("-loss.png")
+
+
+NAME_RULE = "it must be 1 to 128 of the ASCII letters, digits and . _ - +, not starting with a dot"
+
+
+@pytest.mark.parametrize("name", ["../../escaped_run", "a/b", "'a\nb'"], ids=["dot-dot", "slash", "newline"])
+def test_a_run_name_is_one_folder_inside_output_dir(tmp_path, name):
+    """A name that would leave output_dir, nest folders or hold a newline: one line, and nothing written."""
+    run = in_subprocess("pretrain", "data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", f"name={name}",
+                        "output_dir=out/inner", f"cache_dir={tmp_path / 'cache'}", cwd=tmp_path)
+    assert run.returncode == 2 and "Traceback" not in run.stderr + run.stdout
+    shown = repr(name.strip("'"))
+    assert run.stderr.strip().splitlines()[-1] == (
+        f"error: name={shown} names the folder <output_dir>/<name>/<timestamp>: {NAME_RULE}")
+    assert sorted(path.name for path in tmp_path.iterdir()) == []  # no run directory, no prepared data
+
+
+def test_a_safe_name_is_accepted():
+    assert folder_name("name", "ablation-lr_2+x.1", "<output_dir>/<name>")[0]
+    for bad in ("", ".", "..", ".hidden", "a/b", "a\\b", "a b", "é", "a\n", "x" * 129, None):
+        assert not folder_name("name", bad, "<output_dir>/<name>")[0], bad

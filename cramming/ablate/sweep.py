@@ -19,8 +19,8 @@ from hydra.errors import HydraException
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from cramming.errors import CrammingError
-from cramming.files import read_json_object, write_atomically
+from cramming.errors import CrammingError, require
+from cramming.files import folder_name, read_json_object, write_atomically
 from cramming.train.config import PretrainConfig  # noqa: F401  (registers the pretraining schemas)
 from cramming.train.plots import plot_comparison
 
@@ -57,6 +57,7 @@ def check_sweep(name: str, sweep: SweepConfig) -> None:
         raise CrammingError(f"sweep={name}: configs/sweep/{name}.yaml needs `runs:`, a mapping of labels to "
                             "override lists")
     for label, overrides in sweep.runs.items():
+        require([folder_name(f"sweep={name}: run label", label, "<output_dir>/runs/<label>/<timestamp>")])
         budget = [o for o in overrides if setting(o) == "budget"]
         if budget:  # the point of a sweep is the equal budget
             raise CrammingError(f"sweep={name}: run {label} sets {budget[0]}; the budget belongs in `base`, "

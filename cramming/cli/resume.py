@@ -11,7 +11,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from cramming.cli.overrides import key_of
 from cramming.errors import CrammingError
-from cramming.runs import CONFIG_FILE, FINAL, differences, resolve_checkpoint, run_config, run_of
+from cramming.runs import (CONFIG_FILE, FINAL, check_run_name, differences, resolve_checkpoint, run_config,
+                           run_of)
 from cramming.train.checkpoint import load_state
 from cramming.train.config import PretrainConfig
 from cramming.train.optimizers import resolve_optim
@@ -46,6 +47,8 @@ def resumed_config(cfg: DictConfig, overrides: list[str], config_name: str, worl
     has no config to go on with: the command line's config is used, and the checkpoint must match it.
     world_size: the processes that will train (None: unknown here), which must be the checkpoint's."""
     given = {key_of(override): override for override in overrides if key_of(override) != "resume"}
+    if "name" in given:  # the folder a new run directory gets; without it, the run's own folder, as it is
+        check_run_name(cfg.name)
     spec = cfg.resume
     checkpoint = resolve_checkpoint(spec, _latest_root(cfg, given, config_name), key="resume", need_state=True)
     trained_as = load_state(checkpoint)["fingerprint"].get("world_size", 1)

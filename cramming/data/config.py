@@ -8,6 +8,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from cramming.errors import require
+from cramming.files import folder_name
 
 
 @dataclass
@@ -144,6 +145,7 @@ class DataConfig:
 
         Source.check_config(self)
         require([
+            folder_name("data.name", self.name, "<cache_dir>/data/<data.name>-<key>"),
             (self.ordering in ORDERINGS,
              f"data.ordering={self.ordering!r} is unknown; choose one of {', '.join(ORDERINGS)}"),
             (self.seq_length >= 2, f"data.seq_length={self.seq_length} must be at least 2"),

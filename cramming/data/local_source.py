@@ -2,6 +2,7 @@
 
 import glob
 import os
+import stat
 import struct
 import zlib
 from collections.abc import Iterator
@@ -39,20 +40,33 @@ def resolve_files(patterns) -> list[str]:
     for pattern in patterns:
         pattern = os.path.expanduser(str(pattern))
         if glob.has_magic(pattern):
-            matches = sorted(path for path in glob.glob(pattern, recursive=True) if os.path.isfile(path))
+            matches = sorted(path for path in glob.glob(pattern, recursive=True) if not os.path.isdir(path))
             if not matches:
                 raise CrammingError(f"data.files: {pattern!r} matches no files")
         elif os.path.isdir(pattern):
             raise CrammingError(f"data.files: {pattern} is a directory; give a glob such as {pattern}/*.txt")
-        elif not os.path.isfile(pattern):
+        elif not os.path.exists(pattern):
             raise CrammingError(f"data.files: no such file: {pattern}")
         else:
             matches = [pattern]
         for path in matches:
+            if not os.path.isfile(path):  # read as text, a FIFO waits for a writer and a device never ends
+                raise CrammingError(f"data.files: {path} is {special_kind(path)}, not a regular file; give text "
+                                    f"files ({', '.join(BUILDERS)})")
             builder_for(path)
             if path not in files:
                 files.append(path)
     return files
+
+
+def special_kind(path: str) -> str:
+    """What a path that is neither a regular file nor a directory is."""
+    if not os.path.exists(path):
+        return "a symbolic link to nothing"
+    mode = os.stat(path).st_mode
+    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    return next((kind for test, kind in kinds if test(mode)), "a special file")
 
 
 def text_size_bytes(path: str) -> int:

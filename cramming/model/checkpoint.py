@@ -2,21 +2,25 @@
 
 config.json holds {"format": "cramming", "task": "masked-lm" | "sequence-classification", "vocab_size",
 "num_labels" (classifiers only), "arch": {ModelConfig}, "provenance" (pretraining checkpoints)};
-`export_to_transformers` turns such a directory into one that `transformers` loads.
+`export_to_transformers` turns such a directory into one that `transformers` loads. The model a config
+declares is checked against the shapes in model.safetensors' header before any memory is allocated for it
+(`check_declared_shapes`): a damaged or edited config.json is one line, not an allocation of terabytes.
 """
 
 import dataclasses
 import json
 import os
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ..errors import CrammingError
+from ..errors import CrammingError, size_text
 from .config import ModelConfig, as_model_config
 from .crammed_bert import CrammedForMaskedLM, CrammedForSequenceClassification
 from .factory import build_classifier
@@ -64,7 +68,14 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike, tokenizer: "
     if provenance is not None:
         config["provenance"] = provenance
     # Write to temporary names, then rename: a crash mid-save never leaves a half-written checkpoint file.
-    save_file(state, directory / (WEIGHTS_NAME + ".tmp"), metadata={"format": "pt"})
+    try:
+        save_file(state, directory / (WEIGHTS_NAME + ".tmp"), metadata={"format": "pt"})
+    except SafetensorError as error:  # an I/O error (a full disk) as the OSError it is
+        code = re.search(r"\(os error (\d+)\)", str(error))
+        if code is None:
+            raise
+        number = int(code.group(1))
+        raise OSError(number, os.strerror(number), str(directory / WEIGHTS_NAME)) from None
     os.replace(directory / (WEIGHTS_NAME + ".tmp"), directory / WEIGHTS_NAME)
     (directory / (CONFIG_NAME + ".tmp")).write_text(json.dumps(config, indent=2) + "\n")
     os.replace(directory / (CONFIG_NAME + ".tmp"), directory / CONFIG_NAME)
@@ -75,10 +86,16 @@ def load_pretrained(directory: str | os.PathLike) -> tuple[nn.Module, "PreTraine
     """The model saved in `directory` (masked-LM, or classifier if one was saved), in eval mode, and its
     tokenizer."""
     meta, cfg = read_config(directory)
-    if meta["task"] == "masked-lm":
-        model = CrammedForMaskedLM(cfg, meta["vocab_size"])
-    else:
-        model = CrammedForSequenceClassification(cfg, meta["vocab_size"], meta["num_labels"])
+    labels = {} if meta["task"] == "masked-lm" else {"num_labels": meta["num_labels"]}
+
+    def build() -> nn.Module:
+        if labels:
+            return CrammedForSequenceClassification(cfg, meta["vocab_size"], **labels)
+        return CrammedForMaskedLM(cfg, meta["vocab_size"])
+
+    check_declared_shapes(directory, build, declared_sizes(cfg, meta["vocab_size"], **labels),
+                          Path(directory) / CONFIG_NAME)
+    model = build()
     load_weights(model, read_weights(directory), directory)
     return model.eval(), read_tokenizer(directory)
 
@@ -90,6 +107,9 @@ def build_classifier_from_pretrained(
     encoder and the head (the checkpoint's pretraining value is replaced)."""
     meta, cfg = read_config(directory)
     cfg = as_model_config(dataclasses.replace(cfg, dropout=dropout))
+    check_declared_shapes(directory, lambda: CrammedForMaskedLM(cfg, meta["vocab_size"]).bert,
+                          declared_sizes(cfg, meta["vocab_size"]), Path(directory) / CONFIG_NAME,
+                          prefix="bert.")
     model = build_classifier(cfg, meta["vocab_size"], num_labels)
     encoder = {k: v for k, v in read_weights(directory).items() if k.startswith("bert.")}
     load_weights(model.bert, {k.removeprefix("bert."): v for k, v in encoder.items()}, directory)
@@ -137,6 +157,64 @@ def read_weights(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
         raise CrammingError(f"{path} holds non-finite weights ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}): "
                             "the run diverged before it was written; use an earlier checkpoint")
     return weights
+
+
+def weight_shapes(directory: str | os.PathLike) -> dict[str, tuple[int, ...]]:
+    """The shape of every tensor in a checkpoint's model.safetensors, from its header: nothing is loaded."""
+    path = Path(directory) / WEIGHTS_NAME
+    if not path.is_file():
+        raise CrammingError(f"{path} is missing")
+    try:
+        with safe_open(path, framework="pt") as handle:
+            return {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}
+    except (SafetensorError, OSError) as error:
+        raise CrammingError(f"{path} is corrupt or unreadable ({error})") from None
+
+
+def declared_sizes(cfg: ModelConfig, vocab_size: int, **more: int) -> dict[str, int]:
+    """The values of a config that set the dimensions of its weights (or, num_layers, their number)."""
+    return {"arch.num_layers": cfg.num_layers, "arch.hidden_size": cfg.hidden_size,
+            "arch.intermediate_size": cfg.intermediate_size, "vocab_size": vocab_size, **more}
+
+
+def check_declared_shapes(directory: str | os.PathLike, build: Callable[[], nn.Module], sizes: dict[str, int],
+                          declared_by: str | os.PathLike, prefix: str = "") -> None:
+    """Before the model `build()` makes is given any memory: each of `sizes` (declared_sizes) must be possible
+    for the weights in `directory`, then the model is built on the meta device (shapes, no storage) and each
+    of its weights must be in model.safetensors (under `prefix`) with the same shape. One line naming the
+    key and the size otherwise; `declared_by` is the config that asked for the model."""
+    held = {key.removeprefix(prefix): shape for key, shape in weight_shapes(directory).items()
+            if key.startswith(prefix)}
+    weights = Path(directory) / WEIGHTS_NAME
+    widest = max(held, key=lambda key: max(held[key], default=1), default=None)
+    width = max(held[widest], default=1) if widest else 0
+    for key, value in sizes.items():
+        # each layer holds at least one tensor; each other size is a dimension of some weight
+        if key == "arch.num_layers":
+            limit, holds = len(held), f"{len(held)} tensors"
+        else:
+            limit = width
+            holds = (f"no dimension above {width} ({prefix}{widest} {list(held[widest])})" if widest
+                     else "no tensors")
+        if value > limit:
+            raise CrammingError(f"{declared_by} sets {key}={value}, which does not fit the weights in "
+                                f"{weights} (they hold {holds}): the config does not describe these weights "
+                                "(damaged or edited?)")
+    try:
+        with torch.device("meta"):
+            declared = build().state_dict()
+    except RuntimeError as error:
+        raise CrammingError(f"{declared_by} declares a model that cannot be built ({error})") from None
+    for key, tensor in declared.items():
+        shape = tuple(tensor.shape)
+        size = f"{tensor.numel():,} values, {size_text(tensor.numel() * tensor.element_size())}"
+        if key not in held:
+            raise CrammingError(f"the weights in {weights} do not fit the model of {declared_by}: it has "
+                                f"{prefix}{key} {list(shape)} ({size}), which they lack")
+        if shape != held[key]:
+            raise CrammingError(f"the weights in {weights} do not fit the model of {declared_by}: "
+                                f"{prefix}{key} is {list(shape)} there ({size}), {list(held[key])} in the "
+                                "weights")
 
 
 def non_finite(tensors: dict[str, torch.Tensor]) -> list[str]:

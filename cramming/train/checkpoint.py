@@ -21,10 +21,12 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from cramming.data.config import DataConfig
-from cramming.errors import CrammingError
-from cramming.files import write_atomically
-from cramming.model.checkpoint import load_weights, non_finite, read_weights, save_pretrained
-from cramming.model.config import ModelConfig
+from cramming.errors import CrammingError, free_space
+from cramming.files import WriteFailed, write_atomically
+from cramming.model import build_mlm_model
+from cramming.model.checkpoint import (check_declared_shapes, declared_sizes, load_weights, non_finite,
+                                       read_weights, save_pretrained)
+from cramming.model.config import ModelConfig, as_model_config
 from cramming.runs import FINAL, STATE_FILE, differences, flatten, step_name
 from cramming.train.callbacks import Callback, CallbackList, Progress, TrainState
 from cramming.train.config import TrainConfig
@@ -41,13 +43,24 @@ RESUME_MAY_CHANGE = (("train", "optim", "lr"), ("train", "max_nonfinite_steps"),
 def save_checkpoint(run_dir: Path, name: str, model: nn.Module, tokenizer, state: dict, keep_last: int,
                     provenance: dict | None = None, pinned: list[Path] = ()) -> Path:
     """Write into a temporary directory, then rename it into place; prune old step checkpoints (all but
-    the newest `keep_last` and the `pinned` ones)."""
+    the newest `keep_last` and the `pinned` ones). A write that fails (a full disk) removes the temporary
+    directory (a partial copy counts for nothing and keeps the disk full) and is a WriteFailed naming the
+    checkpoint and the space left; the checkpoints already written are untouched."""
     root = run_dir / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     target, tmp, old = root / name, root / f".{name}.tmp", root / f".{name}.old"
     shutil.rmtree(tmp, ignore_errors=True)
-    save_pretrained(model, tmp, tokenizer, provenance)
-    torch.save(state, tmp / STATE_FILE)
+    try:
+        save_pretrained(model, tmp, tokenizer, provenance)
+        write_state(state, tmp / STATE_FILE)
+    except OSError as error:
+        space = free_space(root)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise WriteFailed(f"cannot write the checkpoint {target}: {error.strerror or error} ({space}); its "
+                          "partial copy is removed") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if target.exists():  # only `final` is ever rewritten (a resumed, finished run)
         shutil.rmtree(old, ignore_errors=True)
         os.rename(target, old)
@@ -58,6 +71,33 @@ def save_checkpoint(run_dir: Path, name: str, model: nn.Module, tokenizer, state
         if stale not in pinned:
             shutil.rmtree(stale, ignore_errors=True)
     return target
+
+
+def write_state(state: dict, path: Path) -> None:
+    """torch.save(state, path), where a full disk is the OSError it is: torch's zip writer turns a failed
+    write's error into a RuntimeError ("unexpected pos"), so it writes through a file that remembers it."""
+
+    class Remembering:
+        error: OSError | None = None
+
+        def write(self, data) -> int:
+            try:
+                return handle.write(data)
+            except OSError as error:
+                self.error = error
+                raise
+
+        def flush(self) -> None:
+            handle.flush()
+
+    file = Remembering()
+    try:
+        with open(path, "wb") as handle:
+            torch.save(state, file)
+    except RuntimeError:
+        if file.error is None:
+            raise
+        raise file.error from None
 
 
 STATE_KEYS = {"progress", "optimizer", "scaler", "rng", "callbacks", "fingerprint"}
@@ -115,14 +155,7 @@ def restore(checkpoint: Path, saved: dict, fingerprint: dict, resume: str, model
         before, now = _pop(theirs, path), _pop(ours, path)
         if before != now:
             log.warning("resume: %s changed from %s to %s", ".".join(path), before, now)
-    defaults = flatten(_schema_defaults())
-    # A key the checkpoint predates is fine at its default (what the older code did without it).
-    differing = [(key, before, now) for key, before, now in differences(theirs, ours)
-                 if not (before == "(absent)" and key in defaults and now == defaults[key])]
-    if differing:
-        shown = "; ".join(f"{key}: {before} in the checkpoint, {now} now" for key, before, now in differing[:3])
-        raise CrammingError(f"resume={resume}: the settings differ from the checkpoint's ({shown}"
-                            f"{'; ...' if len(differing) > 3 else ''}); resume with the same settings, or start a new run")
+    check_same_settings(theirs, ours, resume)
     load_weights(model, read_weights(checkpoint), checkpoint)
     if not finite_optimizer_state(saved["optimizer"]):
         raise CrammingError(f"resume={resume}: the optimizer state in {checkpoint} is not finite (the run diverged "
@@ -138,6 +171,28 @@ def restore(checkpoint: Path, saved: dict, fingerprint: dict, resume: str, model
     if device.type == "cuda" and saved["rng"]["cuda"] is not None:
         torch.cuda.set_rng_state(saved["rng"]["cuda"], device)
     return Progress(**saved["progress"])
+
+
+def check_same_settings(theirs: dict, ours: dict, resume: str) -> None:
+    """The fingerprinted settings (or a part of them) of a checkpoint and of its resume are the same; a key
+    the checkpoint predates is fine at its default (what the older code did without it)."""
+    defaults = flatten(_schema_defaults())
+    differing = [(key, before, now) for key, before, now in differences(theirs, ours)
+                 if not (before == "(absent)" and key in defaults and now == defaults[key])]
+    if differing:
+        shown = "; ".join(f"{key}: {before} in the checkpoint, {now} now" for key, before, now in differing[:3])
+        raise CrammingError(f"resume={resume}: the settings differ from the checkpoint's ({shown}"
+                            f"{'; ...' if len(differing) > 3 else ''}); resume with the same settings, or start a new run")
+
+
+def check_resumed_model(checkpoint: Path, saved: dict, cfg, vocab_size: int) -> None:
+    """Before the model a resume trains is given memory: its arch is the one the checkpoint trained (the
+    fingerprint in its trainer state), and its weights' shapes are those in its model.safetensors."""
+    arch = as_model_config(cfg.arch)
+    check_same_settings({"arch": saved["fingerprint"].get("arch", {})},
+                        {"arch": OmegaConf.to_container(cfg.arch, resolve=True)}, cfg.resume)
+    check_declared_shapes(checkpoint, lambda: build_mlm_model(arch, vocab_size),
+                          declared_sizes(arch, vocab_size), "the config this resume trains with")
 
 
 def _pop(tree: dict, path: tuple[str, ...]):
@@ -229,8 +284,14 @@ class Checkpointer(Callback):
             "fingerprint": self.fingerprint,
         }
         pinned = [path for path in (self.last_good, self.unconfirmed) if path is not None]
-        written = save_checkpoint(state.run_dir, name, state.model, self.tokenizer, trainer_state, self.keep_last,
-                                  self.provenance, pinned)
+        try:
+            written = save_checkpoint(state.run_dir, name, state.model, self.tokenizer, trainer_state,
+                                      self.keep_last, self.provenance, pinned)
+        except WriteFailed as error:
+            then = (f"the newest complete checkpoint is {self.newest}: free some space, then run the same "
+                    f"command with resume={state.run_dir}" if self.newest else
+                    "no checkpoint was written before it: free some space and start again")
+            raise WriteFailed(f"{error}; {then}") from None
         self.newest = written
         if name == FINAL:
             self.last_good = written

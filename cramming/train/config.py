@@ -16,6 +16,7 @@ from cramming.errors import require
 from cramming.eval.config import GlueConfig
 from cramming.hardware import GpuProfile
 from cramming.model.config import ModelConfig, as_model_config
+from cramming.runs import check_run_name
 from cramming.runtime import check_lr_schedule
 from cramming.train.techniques import check_techniques, settings_under
 
@@ -238,6 +239,8 @@ class PretrainConfig:
         arch = as_model_config(self.arch)
         self.data.check()
         train, masked = self.train, round(self.train.mlm_rate * self.data.seq_length)
+        if not self.resume:  # a resume goes on in its run's own folder, whatever its name (see cli.resume)
+            check_run_name(self.name)
         require([(math.isfinite(self.budget) and self.budget > 0,
                   f"budget={self.budget} must be a positive number (GPU-hours)")])
         train.check()

@@ -147,8 +147,11 @@ class MetricsLog:
             **{key: finite(value) for key, value in (f.validation or {}).items()},
             **f.telemetry,
         }
-        with open(self.path, "a") as handle:
-            handle.write(json.dumps(record) + "\n")
+        try:
+            with open(self.path, "a") as handle:
+                handle.write(json.dumps(record) + "\n")
+        except OSError as error:  # a full disk fails on closing, where Python names no file: name it
+            raise OSError(error.errno, error.strerror, str(self.path)) from None
         eta = time.strftime("%H:%M", time.localtime(time.time() + f.remaining))
         log.info(
             "step %d | budget %.1f%% used, %s left (ETA %s) | loss %.4f%s | lr %.2e | batch %d%s | grad norm %.3g | "

@@ -21,7 +21,7 @@ from cramming.data.prepare import prepare_dataset
 from cramming.data.store import PreparedDataset
 from cramming.data.stream import Microbatches
 from cramming.data.tokenizer import as_transformers_tokenizer, load_tokenizer
-from cramming.files import write_atomically
+from cramming.files import WriteFailed, write_atomically
 from cramming.gradient_step import Step
 from cramming.hardware import budget_seconds
 from cramming.model import build_mlm_model, training_flops_per_token
@@ -31,7 +31,7 @@ from cramming.runs import (CONFIG_FILE, FINAL, RunStart, new_run_dir, record_con
 from cramming.runtime import deterministic_algorithms, prepare_device
 from cramming.train.callbacks import Callback, CallbackList, Progress, TrainState
 from cramming.train.checkpoint import (Checkpointer, Heartbeat, NonFiniteWeightsError, charge_lost_time,
-                                       load_state, restore, resume_fingerprint)
+                                       check_resumed_model, load_state, restore, resume_fingerprint)
 from cramming.train.config import check_pretrain_config
 from cramming.train.distributed import Distributed, NodeHandoff
 from cramming.train.loop import Schedule, count_microbatch, counted_finite, run_loop
@@ -111,14 +111,15 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback], start: RunStart
     vocab_size, seq_length = dataset.meta["vocab_size"], dataset.seq_length
     tokenizer = as_transformers_tokenizer(load_tokenizer(dataset.tokenizer_path), seq_length)
 
+    checkpoint = saved = None
+    if cfg.resume:  # the model this run trains must fit the checkpoint's weights before it is given memory
+        checkpoint = resolve_checkpoint(cfg.resume, Path(cfg.output_dir) / cfg.name, key="resume", need_state=True)
+        saved = load_state(checkpoint)
+        check_resumed_model(checkpoint, saved, cfg, vocab_size)
     model = build_mlm_model(cfg.arch, vocab_size).to(settings.device)
     prepare_model(techniques, model)  # e.g. activation checkpointing, fp8
     optimizer = wrap_optimizer(techniques, build_pretraining_optimizer(model, cfg.train.optim))  # e.g. offload
     scaler = settings.precision.grad_scaler()
-    checkpoint = saved = None
-    if cfg.resume:
-        checkpoint = resolve_checkpoint(cfg.resume, Path(cfg.output_dir) / cfg.name, key="resume", need_state=True)
-        saved = load_state(checkpoint)
     settings, microbatch_source = choose_microbatch(cfg, settings, dist, model, vocab_size, seq_length, saved,
                                                     extra_memory(techniques, model))
     fingerprint = resume_fingerprint(cfg, settings.microbatch_size, dist.world_size)
@@ -199,10 +200,13 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback], start: RunStart
             except KeyboardInterrupt:
                 stop_reason = "interrupted"
                 raise
-            finally:  # however training ended, leave its record (rank 0)
+            except (WriteFailed, OSError):  # a full disk: the one line names the write that failed first
+                stop_reason = "write failed"
+                raise
+            finally:  # however training ended, leave its record (rank 0), unless writing is what failed
                 for progress_bar in bar:
                     progress_bar.close()
-                if dist.is_main:
+                if dist.is_main and stop_reason != "write failed":
                     summary = _leave_record(RunFacts(
                         records=[], stop_reason=stop_reason, progress=vars(progress), budget_hours=cfg.budget,
                         wall_budget=clock.budget_seconds, session_training_s=progress.elapsed - clock.elapsed_before,

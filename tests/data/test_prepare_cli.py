@@ -108,3 +108,23 @@ def test_bad_input_is_one_clear_line(cache_dir, overrides, message, real):
     assert run.returncode != 0
     assert message in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_a_dataset_name_is_one_folder_inside_the_cache(tmp_path):
+    run = prepare("data=embedded", "data.name=../../escaped", f"cache_dir={tmp_path / 'cache'}")
+    assert run.returncode == 2 and "Traceback" not in run.stderr + run.stdout
+    assert run.stderr.strip().splitlines()[-1] == (
+        "error: data.name='../../escaped' names the folder <cache_dir>/data/<data.name>-<key>: it must be 1 "
+        "to 128 of the ASCII letters, digits and . _ - +, not starting with a dot")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("pattern", ["corpus.txt", "*.txt"])
+def test_a_fifo_as_a_corpus_file_is_named_for_what_it_is(tmp_path, pattern):
+    """It exists, so not "no such file"; read, it would wait for a writer forever."""
+    os.mkfifo(tmp_path / "corpus.txt")
+    run = prepare("data=local", f"data.files={tmp_path / pattern}", f"cache_dir={tmp_path / 'cache'}")
+    assert run.returncode == 2 and "Traceback" not in run.stderr + run.stdout
+    assert run.stderr.strip().splitlines()[-1] == (
+        f"error: data.files: {tmp_path / 'corpus.txt'} is a FIFO (named pipe), not a regular file; give text "
+        "files (.txt, .txt.gz, .jsonl, .jsonl.gz, .json, .parquet)")

@@ -3,6 +3,7 @@ sample of each as a real subprocess, the other variants through its main() in th
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +62,20 @@ def test_bad_input_ends_in_one_line(rte_checkpoint, tmp_path, overrides, message
     assert run.returncode == 2
     assert "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1].startswith(message)
+
+
+def test_a_config_json_asking_for_an_absurd_model_is_one_line_before_any_allocation(rte_checkpoint, tmp_path):
+    checkpoint = tmp_path / "giant"
+    shutil.copytree(rte_checkpoint, checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["arch"]["hidden_size"] = 1_000_000_000
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    run = _eval_glue(f"ckpt={checkpoint}", f"output_dir={tmp_path / 'glue'}", timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr + run.stdout
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {checkpoint / 'config.json'} sets arch.hidden_size=1000000000, which "
+                           f"does not fit the weights in {checkpoint / 'model.safetensors'} (they hold no "
+                           "dimension above 2000 (bert.embeddings.word_embeddings.weight [2000, 64]))"), last
 
 
 def test_missing_checkpoint_argument_ends_in_one_line(tmp_path):

@@ -61,6 +61,16 @@ def wrong_shapes(directory):
     (directory / "config.json").write_text(json.dumps(config))
 
 
+def config_edit(**changes):
+    """A damage that sets arch keys (or, vocab_size and num_labels, the top-level ones) in config.json."""
+    def edit(directory):
+        config = json.loads((directory / "config.json").read_text())
+        for key, value in changes.items():
+            (config if key in ("vocab_size", "num_labels") else config["arch"])[key] = value
+        (directory / "config.json").write_text(json.dumps(config))
+    return edit
+
+
 def unknown_arch_key(directory):
     config = json.loads((directory / "config.json").read_text())
     config["arch"]["rotary"] = True
@@ -75,7 +85,16 @@ def unknown_arch_key(directory):
         (lambda d: (d / "tokenizer.json").unlink(), "tokenizer.json is missing"),
         (lambda d: (d / "config.json").unlink(), "config.json is missing"),
         (lambda d: (d / "config.json").write_text("{oops"), "not valid JSON"),
-        (wrong_shapes, "do not fit the model they are loaded into"),
+        (wrong_shapes, "do not fit the model of .*config.json: bert.layer.0.ffn.intermediate.weight is "
+                       r"\[256, 128\] there \(32,768 values, 131 KB\), \[512, 128\] in the weights"),
+        # sizes no weight of the checkpoint could have: refused before the model is built, even on meta
+        (config_edit(hidden_size=10**9),
+         "config.json sets arch.hidden_size=1000000000, which does not fit the weights in .*safetensors"),
+        (config_edit(num_layers=10**9), "config.json sets arch.num_layers=1000000000, .* 22 tensors"),
+        (config_edit(vocab_size=10**12),
+         "config.json sets vocab_size=1000000000000, .*no dimension above 512"),
+        (config_edit(num_layers=3),
+         "do not fit the model of .*config.json: it has bert.layer.2.attention_norm.weight"),
         (unknown_arch_key, "unknown arch key.*: rotary"),
     ],
 )

@@ -1,5 +1,6 @@
 """A real run of scripts/export.py, loaded back with transformers' Auto classes."""
 
+import json
 import subprocess
 import sys
 
@@ -38,6 +39,25 @@ def test_export_of_a_missing_checkpoint_is_one_line(tmp_path):
     )
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1] == f"error: ckpt={tmp_path / 'nope'}: no such directory"
+
+
+def test_a_config_json_asking_for_an_absurd_model_is_one_line_before_any_allocation(tmp_path, tokenizer):
+    """hidden_size 1e9 would be terabytes: the header of model.safetensors says no weight is that wide."""
+    checkpoint = tmp_path / "ckpt"
+    save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), VOCAB_SIZE), checkpoint, tokenizer)
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["arch"]["hidden_size"] = 1_000_000_000
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    run = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "export.py"), f"ckpt={checkpoint}",
+         f"out={tmp_path / 'hf'}"], capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr + run.stdout
+    assert run.stderr.strip().splitlines()[-1] == (
+        f"error: {checkpoint / 'config.json'} sets arch.hidden_size=1000000000, which does not fit the "
+        f"weights in {checkpoint / 'model.safetensors'} (they hold no dimension above 512 (bert.layer.0.ffn."
+        "intermediate.weight [512, 128])): the config does not describe these weights (damaged or edited?)")
+    assert not (tmp_path / "hf").exists()
 
 
 def test_push_to_hub_without_network_fails_in_one_line_after_a_complete_export(tmp_path, tokenizer):

@@ -10,6 +10,7 @@ from cramming.data.config import NormalizeConfig, TokenizerConfig
 from cramming.data.sources import embedded_documents
 from cramming.data.tokenizer import as_transformers_tokenizer, train_tokenizer
 from cramming.errors import CrammingError
+from cramming.files import WriteFailed
 from cramming.model import build_mlm_model
 from cramming.model.config import ModelConfig
 from cramming.runs import FINAL, STATE_FILE, run_checkpoint, step_name
@@ -53,11 +54,12 @@ def test_a_failed_write_leaves_no_checkpoint(tmp_path, tokenizer, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(ckpt.torch, "save", crash)
-    with pytest.raises(OSError):
+    with pytest.raises(WriteFailed, match=r"cannot write the checkpoint .*step-00000002: disk full "
+                                          r"\(.* free of .*\); its partial copy is removed"):
         save(tmp_path, step_name(2), tokenizer)
     assert run_checkpoint(tmp_path, need_state=True).name == "step-00000001"
     assert not (tmp_path / "checkpoints" / "step-00000002").exists()
-    assert (tmp_path / "checkpoints" / ".step-00000002.tmp").exists()  # left behind, and never chosen
+    assert not (tmp_path / "checkpoints" / ".step-00000002.tmp").exists()  # removed: it keeps a disk full
 
 
 class Payload:

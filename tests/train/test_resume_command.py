@@ -116,3 +116,46 @@ def test_a_resume_keeps_the_number_of_processes_and_says_so_before_any_starts(sh
             "error: resume=latest: the run trained as 1 process(es) and this is 2; a resume keeps that number "
             "(each process reads its own slice of every batch): run it as one process (python pretrain.py, no torchrun)")
     assert "data:" not in under_torchrun.stdout  # nothing prepared
+
+
+def test_a_run_asking_for_an_absurd_model_is_one_line_before_any_allocation(shared_cache, tmp_path,
+                                                                            straight_run):
+    """config.yaml edited to hidden_size 1e9: the checkpoint's trainer state says it trained another model;
+    both edited alike, its weights' header says no weight is that wide. Either before the model is built."""
+    run_dir = stopped_at_step_4(straight_run, tmp_path)
+    config = run_dir / "config.yaml"
+    config.write_text(config.read_text().replace("\n  hidden_size: 128\n", "\n  hidden_size: 1000000000\n"))
+    checkpoint = run_dir / "checkpoints" / "step-00000004"
+    differs = in_process("pretrain", f"resume={run_dir}")
+    assert differs.returncode == 2 and "Traceback" not in differs.stderr
+    assert differs.stderr.strip().splitlines()[-1].startswith(
+        f"error: resume={checkpoint}: the settings differ from the checkpoint's (arch.hidden_size: 128 in "
+        "the checkpoint, 1000000000 now)")
+    state = torch.load(checkpoint / "trainer_state.pt", weights_only=True)
+    state["fingerprint"]["arch"]["hidden_size"] = 1_000_000_000
+    torch.save(state, checkpoint / "trainer_state.pt")
+    run = subprocess.run([sys.executable, str(REPO_ROOT / "pretrain.py"), f"resume={run_dir}"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and "Traceback" not in run.stderr + run.stdout
+    assert run.stderr.strip().splitlines()[-1] == (
+        "error: the config this resume trains with sets arch.hidden_size=1000000000, which does not fit the "
+        f"weights in {checkpoint / 'model.safetensors'} (they hold no dimension above 4096 (bert."
+        "embeddings.word_embeddings.weight [4096, 128])): the config does not describe these weights (damaged "
+        "or edited?)")
+    assert not (run_dir / "checkpoints" / "step-00000005").exists()
+
+
+def test_a_resume_goes_on_in_its_own_folder_whatever_its_name_and_a_new_name_must_be_one_folder(
+        shared_cache, tmp_path, straight_run):
+    """A run made before names were checked (here in `my run/`) resumes in place; a name given to a resume
+    is the folder of a new run directory, so it follows the rule, before anything is prepared."""
+    run_dir = stopped_at_step_4(straight_run, tmp_path)
+    legacy = run_dir.parent.with_name("my run")
+    run_dir.parent.rename(legacy)
+    refused = in_process("pretrain", f"resume={legacy / run_dir.name}", "name=../../elsewhere")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr and "data:" not in refused.stdout
+    assert refused.stderr.strip().startswith("error: name='../../elsewhere' names the folder <output_dir>/")
+    resumed = in_process("pretrain", f"resume={legacy / run_dir.name}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert (legacy / run_dir.name / "checkpoints" / "final").is_dir()
+    assert sorted(tmp_path.iterdir()) == [legacy]  # on in place: no new run directory

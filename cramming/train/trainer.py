@@ -160,7 +160,7 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
     stopping = StoppingRule(cfg.train.progress, cfg.train.max_steps, clock)
     schedule = Schedule(cfg.train, sequences)
     agreement = rank_agreement(stopping, dist, cfg.train.check_nonfinite_every, settings.device, schedule.accumulate)
-    validation = _validation(cfg, dataset, settings, dist, agreement)
+    validation = _validation(cfg, dataset, tokenizer, settings, dist, agreement)
     # techniques, then the validation curve, then the record of both; their state rides in checkpoints
     recorded = CallbackList([*techniques, *callbacks, *validation, *([logger] if logger else [])])
     if saved:
@@ -221,9 +221,9 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback]) -> Trained:
     return Trained(run_dir, stop_reason, summary, wandb)
 
 
-def _validation(cfg, dataset: PreparedDataset, settings: Settings, dist: Distributed,
+def _validation(cfg, dataset: PreparedDataset, tokenizer, settings: Settings, dist: Distributed,
                 agreement: LocalAgreement) -> list[Callback]:
-    """The validation curve, where the dataset holds rows out for it."""
+    """The validation curve (and the zero-shot probe with it), where the dataset holds rows out for it."""
     if not dataset.held_out_rows:
         log.info("validation: off (data.validation_rows=0)")
         return []
@@ -232,7 +232,14 @@ def _validation(cfg, dataset: PreparedDataset, settings: Settings, dist: Distrib
     log.info("validation: %d held-out rows, at %s of training and at the end%s", dataset.held_out_rows,
              ", ".join(f"{100 * f:.0f}%" for f in rule.fractions) or "none",
              f"; early stop above loss {early[1]} from {100 * early[0]:.0f}%" if early else "")
-    return [Validation(dataset, cfg.train.mlm_rate, settings.precision, dist, agreement, list(rule.fractions), early)]
+    probe = None
+    if rule.zero_shot:
+        from cramming.eval.probe import ZeroShotProbe
+
+        probe = ZeroShotProbe(dataset, tokenizer, rule.blimp_pairs, rule.bits_rows)
+        log.info("zero-shot at each validation: %s (train.validation.zero_shot=false turns it off)", probe.describe())
+    return [Validation(dataset, cfg.train.mlm_rate, settings.precision, dist, agreement, list(rule.fractions), early,
+                       probe)]
 
 
 def _run_directory(cfg, dist: Distributed, checkpoint: Path | None, progress: Progress) -> Path:

@@ -72,12 +72,7 @@ def run_zero_shot(cfg: ZeroShotConfig, checkpoint: str, output_dir: str | Path) 
         log.warning("BLiMP: %d paradigms found, not %d: blimp.overall is their mean only", len(paradigms), PARADIGMS)
     lm = open_masked_lm(checkpoint, device)
     texts, source, skipped = _bits_texts(cfg, lm)
-    started = time.perf_counter()
-    blimp = score_blimp(lm, paradigms, cfg.method, cfg.batch_size)
-    seconds = time.perf_counter() - started
-    blimp.update(seconds=round(seconds, 3), rows_per_s=round(blimp["rows"] / seconds, 1))
-    log.info("BLiMP %.2f%% over %d paradigms, %d pairs (%s): %d masked rows in %.1f s, %.0f rows/s", blimp["overall"],
-             len(blimp["paradigms"]), blimp["pairs"], cfg.method, blimp["rows"], seconds, blimp["rows_per_s"])
+    blimp = timed_blimp(lm, paradigms, cfg.method, cfg.batch_size)
     bits = None
     if texts:
         from cramming.eval.bits import bits_per_character
@@ -99,6 +94,33 @@ def run_zero_shot(cfg: ZeroShotConfig, checkpoint: str, output_dir: str | Path) 
     write_reports(results, Path(output_dir))
     log.info("wrote %s/zero_shot_results.{json,md}", output_dir)
     return results
+
+
+def timed_blimp(lm, paradigms, method: str, batch_size: int) -> dict:
+    """score_blimp with its wall time: seconds and rows_per_s (masked rows a second) added."""
+    started = time.perf_counter()
+    blimp = score_blimp(lm, paradigms, method, batch_size)
+    if lm.device.type == "cuda":
+        torch.cuda.synchronize(lm.device)
+    seconds = time.perf_counter() - started
+    blimp.update(seconds=round(seconds, 3), rows_per_s=round(blimp["rows"] / seconds, 1))
+    log.info("BLiMP %.2f%% over %d paradigms, %d pairs (%s): %d masked rows in %.1f s, %.0f rows/s", blimp["overall"],
+             len(blimp["paradigms"]), blimp["pairs"], method, blimp["rows"], seconds, blimp["rows_per_s"])
+    return blimp
+
+
+def time_blimp(checkpoint: str, blimp_dir: str | None, device: str = "auto", pairs_per_paradigm: int | None = None,
+               method: str = DEFAULT_METHOD, batch_size: int = 256) -> dict:
+    """The BLiMP result of a checkpoint (ours or hf:...) with its time (seconds, rows_per_s), and nothing written:
+    for a benchmark such as the GPU check (the whole of BLiMP with pairs_per_paradigm=None)."""
+    from cramming.eval.masked_lm import open_masked_lm
+    from cramming.runtime import prepare_device, resolve_device
+
+    check_method(method)
+    resolved = resolve_device(device, "device")
+    prepare_device(resolved)
+    paradigms = load_blimp(blimp_dir, pairs_per_paradigm)
+    return timed_blimp(open_masked_lm(checkpoint, resolved), paradigms, method, batch_size)
 
 
 def _bits_texts(cfg: ZeroShotConfig, lm) -> tuple[list[str], str | None, str | None]:

@@ -75,3 +75,14 @@ def test_a_classifier_checkpoint_is_refused(rte_checkpoint, blimp_dir, tmp_path)
     run = in_process("zero_shot", f"ckpt={tmp_path / 'classifier'}", f"blimp_dir={blimp_dir}",
                      f"output_dir={tmp_path / 'out'}")
     assert run.returncode == 2 and "zero-shot scoring needs a masked LM" in run.stderr
+
+
+def test_time_blimp_times_a_checkpoint_without_writing_anything(rte_checkpoint, blimp_dir, tmp_path, monkeypatch):
+    """What a benchmark (the GPU check) calls for the time of the whole of BLiMP; here a few pairs."""
+    from cramming.eval.zero_shot import time_blimp
+
+    monkeypatch.chdir(tmp_path)
+    result = time_blimp(str(rte_checkpoint), str(blimp_dir), device="cpu", pairs_per_paradigm=3)
+    assert result["pairs"] == 9 and result["rows"] > 9 and result["seconds"] > 0
+    assert result["rows_per_s"] == pytest.approx(result["rows"] / result["seconds"], rel=0.01)
+    assert list(tmp_path.iterdir()) == []

@@ -24,6 +24,7 @@ from cramming.eval.pll import DEFAULT_METHOD, check_method
 from cramming.files import write_atomically
 
 log = logging.getLogger(__name__)
+DEFAULT_BITS_ROWS = 64
 
 
 @dataclasses.dataclass
@@ -37,7 +38,7 @@ class ZeroShotConfig:
     # bits per character of this UTF-8 text file; null: of the run's own held-out rows (our checkpoints whose
     # prepared dataset is in cache_dir), else none
     text_file: Optional[str] = None
-    bits_rows: int = 64  # held-out rows scored for bits per character when text_file is null
+    bits_rows: Optional[int] = None  # held-out rows scored for bits per character (text_file null only); null: 64
     batch_size: int = 256  # masked rows per forward pass
     device: str = "auto"  # auto | cpu | cuda | cuda:<index>
     runs_dir: str = "outputs"  # where `ckpt=latest` looks for the newest pretraining run
@@ -52,8 +53,11 @@ def check(cfg: ZeroShotConfig) -> None:
     """Settings that would fail late, now (before a model is loaded)."""
     check_method(cfg.method)
     for key in ("batch_size", "bits_rows"):
-        if getattr(cfg, key) < 1:
+        if getattr(cfg, key) is not None and getattr(cfg, key) < 1:
             raise CrammingError(f"{key}={getattr(cfg, key)} must be at least 1")
+    if cfg.text_file is not None and cfg.bits_rows is not None:
+        raise CrammingError("bits_rows counts the run's held-out rows; with text_file the whole file is scored: "
+                            "set one of them")
     if cfg.pairs_per_paradigm is not None and cfg.pairs_per_paradigm < 1:
         raise CrammingError(f"pairs_per_paradigm={cfg.pairs_per_paradigm} must be at least 1 (or unset: all)")
 
@@ -140,8 +144,9 @@ def _bits_texts(cfg: ZeroShotConfig, lm) -> tuple[list[str], str | None, str | N
     dataset = PreparedDataset.open(folder)
     if not dataset.held_out_rows:
         return [], None, f"no text_file, and the run's dataset {dataset_name} holds no rows out"
-    texts = held_out_pieces(dataset, lm.tokenizer, cfg.bits_rows)
-    return texts, f"{min(cfg.bits_rows, dataset.held_out_rows)} held-out rows of {dataset_name}", None
+    rows = DEFAULT_BITS_ROWS if cfg.bits_rows is None else cfg.bits_rows
+    texts = held_out_pieces(dataset, lm.tokenizer, rows)
+    return texts, f"{min(rows, dataset.held_out_rows)} held-out rows of {dataset_name}", None
 
 
 def write_reports(results: dict, output_dir: Path) -> None:

@@ -31,7 +31,7 @@ from cramming.runtime import deterministic_algorithms, prepare_device
 from cramming.train.callbacks import Callback, CallbackList, Progress, TrainState
 from cramming.train.checkpoint import (Checkpointer, Heartbeat, NonFiniteWeightsError, charge_lost_time,
                                        load_state, restore, resume_fingerprint)
-from cramming.train.config import check_pretrain_config
+from cramming.train.config import check_pretrain_config, zero_shot_size
 from cramming.train.distributed import Distributed, NodeHandoff
 from cramming.train.loop import Schedule, count_microbatch, counted_finite, run_loop
 from cramming.train.metrics import (MetricsLog, MetricsLogger, ProgressBar, WandbLogger, format_duration,
@@ -236,7 +236,7 @@ def _validation(cfg, dataset: PreparedDataset, tokenizer, settings: Settings, di
     if rule.zero_shot:
         from cramming.eval.probe import ZeroShotProbe
 
-        probe = ZeroShotProbe(dataset, tokenizer, rule.blimp_pairs, rule.bits_rows)
+        probe = ZeroShotProbe(dataset, tokenizer, zero_shot_size(rule, "blimp_pairs"), zero_shot_size(rule, "bits_rows"))
         log.info("zero-shot at each validation: %s (train.validation.zero_shot=false turns it off)", probe.describe())
     return [Validation(dataset, cfg.train.mlm_rate, settings.precision, dist, agreement, list(rule.fractions), early,
                        probe)]

@@ -18,7 +18,8 @@ SCRIPTS = {"pretrain": "pretrain.py", "eval_glue": "eval_glue.py", "ablate": "sc
            "export": "scripts/export.py", "prepare_data": "scripts/prepare_data.py",
            "calculator": "scripts/calculator.py", "benchmark": "scripts/benchmark.py",
            "gpu_check": "scripts/gpu_check.py", "plot_runs": "scripts/plot_runs.py",
-           "compare_runs": "scripts/compare_runs.py", "launch": "scripts/launch.py"}
+           "compare_runs": "scripts/compare_runs.py", "launch": "scripts/launch.py",
+           "zero_shot": "scripts/zero_shot.py"}
 
 
 def in_process(name: str, *arguments: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -131,3 +131,39 @@ def test_the_table_says_equal_steps_when_every_run_stopped_at_the_same_max_steps
                                      "`gpu=cpu budget=0.03 train.progress=steps train.max_steps=50`.")
     budget = write_table("s", sweep, {"a": run("c", "budget", 48), "b": run("d", "max_steps", 50)}, tmp_path / "u.md")
     assert budget.splitlines()[0].startswith("Sweep `s`, equal budget;")
+
+
+def test_the_table_shows_blimp_and_bits_per_char_and_their_spread_over_seeds(tmp_path):
+    """Summaries as runs with train.validation.zero_shot=true leave them: options a and b, two seeds each, where
+    the validation loss prefers a and BLiMP and bits per character prefer b."""
+    from cramming.ablate.sweep import SweepConfig, write_table
+
+    finals = {("a", 0): (3.0, 55.0, 1.50), ("a", 1): (3.2, 57.0, 1.52), ("b", 0): (3.5, 60.0, 1.40),
+              ("b", 1): (3.7, 62.0, 1.42)}
+    runs, run_dirs = {}, {}
+    for (option, seed), (loss, blimp, bits) in finals.items():
+        label = f"{option}-seed{seed}"
+        runs[label] = [f"train.mlm_rate={0.15 if option == 'a' else 0.4}", f"train.seed={seed}"]
+        run_dirs[label] = tmp_path / label
+        run_dirs[label].mkdir()
+        (run_dirs[label] / "summary.json").write_text(json.dumps({
+            "smoothed_loss": loss, "mean_tokens_per_s": 1000.0, "peak_memory_gb": 0.5, "steps": 10,
+            "stop_reason": "budget", "validation": {"final_loss": loss, "final_blimp": blimp,
+                                                    "final_bits_per_char": bits}}))
+    table = write_table("seeds", SweepConfig(base=["budget=0.1"], runs=runs), run_dirs, tmp_path / "ablations.md")
+    assert "| validation MLM loss | BLiMP (%) | bits/char |" in table
+    assert "| a-seed0 | `train.mlm_rate=0.15 train.seed=0` | 3.0000 | 3.0000 | 55.00 | 1.5000 |" in table
+    assert "| `train.mlm_rate=0.15` | 2 | 3.1000 ± 0.1414 | 56.0000 ± 1.4142 | 1.5100 ± 0.0141 |" in table
+    assert "Ranked by validation MLM loss, best first: `train.mlm_rate=0.15` > `train.mlm_rate=0.4`" in table
+    assert "Ranked by BLiMP (%), best first: `train.mlm_rate=0.4` > `train.mlm_rate=0.15`" in table
+    assert "Ranked by bits/char, best first: `train.mlm_rate=0.4` > `train.mlm_rate=0.15`" in table
+
+
+def test_compare_runs_shows_the_last_blimp_and_bits_per_char_of_each_run():
+    from cramming.cli.compare_runs import zero_shot_rows
+
+    a = [{"step": 5, "loss": 4.0, "val_loss": 4.1, "blimp": 52.0, "bits_per_char": 2.0}, {"step": 6, "loss": 3.9}]
+    b = [{"step": 6, "loss": 3.8, "val_loss": 3.9, "blimp": 55.5, "bits_per_char": 1.75}]
+    assert zero_shot_rows(a, b) == ["", "BLiMP, packaged subset (%): 52.0000 (step 5) | 55.5000 (step 6) (+3.5000)",
+                                    "held-out bits per character: 2.0000 (step 5) | 1.7500 (step 6) (-0.2500)"]
+    assert zero_shot_rows([{"step": 1, "loss": 4.0}], [{"step": 1, "loss": 4.0}]) == []

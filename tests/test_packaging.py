@@ -62,6 +62,7 @@ def test_importing_the_model_or_a_command_does_not_import_transformers():
     """transformers takes about a second to import: not on every command's start (a refused override, --help)."""
     code = ("import sys, cramming.model; assert 'transformers' not in sys.modules, 'transformers was imported'\n"
             "import cramming.cli.pretrain, cramming.cli.prepare_data, cramming.cli.eval_glue, cramming.cli.export\n"
+            "import cramming.cli.zero_shot\n"
             "assert 'transformers' not in sys.modules, 'a command imported transformers'")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
@@ -89,7 +90,9 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_the_quick_start_outside_the_chec
     (wheel,) = (tmp_path / "dist").glob("cramming-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"cramming/configs/pretrain.yaml", "cramming/configs/quickstart.yaml", "cramming/configs/gpu/cpu.yaml",
-            "cramming/configs/arch/crammed-bert-tiny.yaml"} <= names
+            "cramming/configs/arch/crammed-bert-tiny.yaml", "cramming/configs/zero_shot.yaml",
+            *(f"cramming/eval/blimp_data/{name}" for name in ("blimp_subset.jsonl.gz", "models_summary.jsonl",
+                                                              "human_validation_summary.csv", "README.md"))} <= names
 
     venv = tmp_path / "venv"  # sees this interpreter's packages (torch, ...), but not the checkout
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)

@@ -8,6 +8,7 @@ interrupted one from its last checkpoint.
 """
 
 import logging
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -118,28 +119,72 @@ def _stop_reason(run_dir: Path) -> str | None:
 
 
 def write_table(name: str, sweep: SweepConfig, run_dirs: dict[str, Path], path: Path) -> str:
-    """One row per option: its overrides, final (smoothed) and validation MLM loss, tokens/s, peak memory,
-    steps, and the GLUE score when the runs were scored (`eval=glue` in the sweep or its overrides)."""
+    """One row per option: its overrides, final (smoothed) and validation MLM loss, BLiMP and bits per character
+    (where the runs measured them: train.validation.zero_shot=true), tokens/s, peak memory, steps, and the GLUE
+    score when the runs were scored (`eval=glue` in the sweep or its overrides); then, where options ran with
+    several seeds (train.seed), their mean and spread, and how each measure ranks the options."""
     summaries = {label: read_json_object(run_dir / "summary.json") for label, run_dir in run_dirs.items()}
     glue = any("glue_score" in facts for facts in summaries.values())
+    zero_shot = any(_measure(facts, "blimp") is not None for facts in summaries.values())
     same_steps = all(facts["stop_reason"] == "max_steps" for facts in summaries.values()) and len(
         {facts["steps"] for facts in summaries.values()}) == 1
     same_budget = not any(setting(o) == "budget" for overrides in sweep.runs.values() for o in overrides)
     equal = ", equal steps" if same_steps else ", equal budget" if same_budget else ""
+    extra = " BLiMP (%) | bits/char |" if zero_shot else ""
     rows = [f"Sweep `{name}`{equal}; every run: `{' '.join(sweep.base)}`.", "",
-            "| option | overrides | final MLM loss (smoothed) | validation MLM loss | tokens/s | peak memory (GB) "
-            f"| steps | stopped |{' GLUE |' if glue else ''}",
-            f"|---|---|---|---|---|---|---|---|{'---|' if glue else ''}"]
+            "| option | overrides | final MLM loss (smoothed) | validation MLM loss |" + extra + " tokens/s "
+            f"| peak memory (GB) | steps | stopped |{' GLUE |' if glue else ''}",
+            f"|---|---|---|---|{'---|---|' if zero_shot else ''}---|---|---|---|{'---|' if glue else ''}"]
     for label, facts in summaries.items():
-        validation = (facts.get("validation") or {}).get("final_loss")
+        measured = (f" {_number(_measure(facts, 'blimp'), '.2f')} | {_number(_measure(facts, 'bits_per_char'))} |"
+                    if zero_shot else "")
         rows.append(f"| {label} | `{' '.join(sweep.runs[label]) or '(base)'}` | {_number(facts['smoothed_loss'])} "
-                    f"| {_number(validation)} | {_number(facts['mean_tokens_per_s'], '.0f')} "
+                    f"| {_number(_measure(facts, 'loss'))} |{measured} {_number(facts['mean_tokens_per_s'], '.0f')} "
                     f"| {_number(facts['peak_memory_gb'], '.2f')} | {facts['steps']} | {facts['stop_reason']} |"
                     + (f" {_number(facts.get('glue_score'), '.1f')} |" if glue else ""))
+    rows += seed_spread(sweep, summaries, zero_shot)
     table = "\n".join(rows) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, table)
     return table
+
+
+def _measure(facts: dict, key: str):
+    """The final validation figure of a run's summary: loss, blimp or bits_per_char (None where not measured)."""
+    validation = facts.get("validation") or {}
+    return validation.get("final_loss" if key == "loss" else f"final_{key}")
+
+
+MEASURES = (("loss", "validation MLM loss", False), ("blimp", "BLiMP (%)", True), ("bits_per_char", "bits/char", False))
+
+
+def seed_spread(sweep: SweepConfig, summaries: dict[str, dict], zero_shot: bool) -> list[str]:
+    """Options that differ only in train.seed, as one row each: mean ± standard deviation over the seeds; and the
+    options in order of each measure, best first (where they disagree, the measures disagree on the recipe)."""
+    groups: dict[str, list[dict]] = {}
+    for label, facts in summaries.items():
+        option = " ".join(o for o in sweep.runs[label] if setting(o) != "train.seed") or "(base)"
+        groups.setdefault(option, []).append(facts)
+    if all(len(runs) < 2 for runs in groups.values()):
+        return []
+    measures = [m for m in MEASURES if zero_shot or m[0] == "loss"]
+    lines = ["", "Over seeds (mean ± standard deviation):", "",
+             "| option | runs | " + " | ".join(title for _, title, _ in measures) + " |",
+             "|---|---|" + "---|" * len(measures)]
+    means = {}
+    for option, runs in groups.items():
+        cells = []
+        for key, _, _ in measures:
+            values = [v for facts in runs if (v := _measure(facts, key)) is not None]
+            means[option, key] = statistics.fmean(values) if values else None
+            spread = statistics.stdev(values) if len(values) > 1 else 0.0
+            cells.append(f"{means[option, key]:.4f} ± {spread:.4f}" if values else "n/a")
+        lines.append(f"| `{option}` | {len(runs)} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for key, title, higher in measures:
+        ranked = sorted((o for o in groups if means[o, key] is not None), key=lambda o: means[o, key], reverse=higher)
+        lines.append(f"Ranked by {title}, best first: " + " > ".join(f"`{o}`" for o in ranked))
+    return lines
 
 
 def _number(value, spec: str = ".4f") -> str:

@@ -55,6 +55,18 @@ def curve_rows(a: list[dict], b: list[dict], rows: int = CURVE_ROWS) -> list[tup
     return [(step, losses_a[step], losses_b[step]) for step in chosen]
 
 
+def zero_shot_rows(a: list[dict], b: list[dict]) -> list[str]:
+    """The last BLiMP and bits per character each run measured (train.validation.zero_shot), side by side."""
+    lines = []
+    for key, title in (("blimp", "BLiMP, packaged subset (%)"), ("bits_per_char", "held-out bits per character")):
+        last = [next((r for r in reversed(records) if key in r), None) for records in (a, b)]
+        if any(record is not None for record in last):
+            shown = [f"{r[key]:.4f} (step {r['step']})" if r else "not measured" for r in last]
+            change = f" ({last[1][key] - last[0][key]:+.4f})" if all(last) else ""
+            lines.append(f"{title}: {shown[0]} | {shown[1]}{change}")
+    return ["", *lines] if lines else []
+
+
 def report(a: RunRecord, b: RunRecord, plot: Path | None) -> str:
     """The comparison as text: config, code and environment, data, and the loss curves side by side."""
     lines = [f"A: {a.path}", f"B: {b.path}", ""]
@@ -72,6 +84,7 @@ def report(a: RunRecord, b: RunRecord, plot: Path | None) -> str:
         lines += [f"  {key}: {va} | {vb}" for key, va, vb in environment]
         data = (a.provenance.get("dataset"), b.provenance.get("dataset"))
         lines.append(f"data: {data[0]}" + (" (the same)" if data[0] == data[1] else f" | {data[1]}"))
+    lines += zero_shot_rows(a.records, b.records)
     rows = curve_rows(a.records, b.records)
     lines += ["", "loss by step: A | B (B - A)"] if rows else ["", "loss: no step logged by both runs"]
     lines += [f"  {step}: {la:.4f} | {lb:.4f} ({lb - la:+.4f})" for step, la, lb in rows]

@@ -98,24 +98,17 @@ def _cramming_encoder(directory: str, dropout: float) -> PretrainedEncoder:
 def _transformers_encoder(reference: str, dropout: float) -> PretrainedEncoder:
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-    key = f"ckpt={HF_PREFIX}{reference}"
-    if not reference:
-        raise CrammingError(f"{key}: name a hub model (e.g. hf:bert-base-uncased) or a local transformers folder")
-    folder = Path(reference).expanduser()
-    if reference.startswith(("/", ".", "~")) and not folder.is_dir():
-        raise CrammingError(f"{key}: no such folder")
-    if _is_our_checkpoint(folder):
-        raise CrammingError(f"{key}: this is one of our checkpoints; score it with ckpt={reference} (without hf:)")
+    key = check_transformers_reference(reference)
 
     def classifier(num_labels, dropout):
-        config = _attempt(key, AutoConfig.from_pretrained, reference, trust_remote_code=True)
+        config = attempt(key, AutoConfig.from_pretrained, reference, trust_remote_code=True)
         config.num_labels = num_labels  # (not as a keyword: a saved head's id2label of another size warns)
         config.problem_type = "regression" if num_labels == 1 else "single_label_classification"
         for name in DROPOUT_KEYS:
             if hasattr(config, name):
                 setattr(config, name, dropout)
         with without_load_report():  # the head is reported in one line, by load() below
-            return _attempt(key, AutoModelForSequenceClassification.from_pretrained, reference, config=config,
+            return attempt(key, AutoModelForSequenceClassification.from_pretrained, reference, config=config,
                             trust_remote_code=True, output_loading_info=True, ignore_mismatched_sizes=True)
 
     reported = set()
@@ -130,8 +123,8 @@ def _transformers_encoder(reference: str, dropout: float) -> PretrainedEncoder:
             _report_head(key, saved_config.num_labels, num_labels, resized, info)
         return model, [*info["missing_keys"], *resized], model._init_weights
 
-    tokenizer = _attempt(key, AutoTokenizer.from_pretrained, reference, trust_remote_code=True)
-    saved_config = _attempt(key, AutoConfig.from_pretrained, reference, trust_remote_code=True)
+    tokenizer = attempt(key, AutoTokenizer.from_pretrained, reference, trust_remote_code=True)
+    saved_config = attempt(key, AutoConfig.from_pretrained, reference, trust_remote_code=True)
     positions = getattr(saved_config, "max_position_embeddings", None) or tokenizer.model_max_length
     classifier(2, dropout)  # fails fast, before any data is read
     def save(model, folder):
@@ -158,6 +151,20 @@ def _report_head(key: str, saved_labels: int, num_labels: int, resized: list[str
         log.info("%s: %s", key, "; ".join(parts))
 
 
+def check_transformers_reference(reference: str) -> str:
+    """The `ckpt=hf:<reference>` key errors name, once the reference is known not to be empty, a missing folder
+    or one of our own checkpoints (every command that takes hf: alike)."""
+    key = f"ckpt={HF_PREFIX}{reference}"
+    if not reference:
+        raise CrammingError(f"{key}: name a hub model (e.g. hf:bert-base-uncased) or a local transformers folder")
+    folder = Path(reference).expanduser()
+    if reference.startswith(("/", ".", "~")) and not folder.is_dir():
+        raise CrammingError(f"{key}: no such folder")
+    if _is_our_checkpoint(folder):
+        raise CrammingError(f"{key}: this is one of our checkpoints; score it with ckpt={reference} (without hf:)")
+    return key
+
+
 def _is_our_checkpoint(folder: Path) -> bool:
     try:
         return json.loads((folder / "config.json").read_text()).get("format") == "cramming"
@@ -165,7 +172,7 @@ def _is_our_checkpoint(folder: Path) -> bool:
         return False
 
 
-def _attempt(key: str, load: Callable, *args, **kwargs):
+def attempt(key: str, load: Callable, *args, **kwargs):
     """transformers' loaders raise OSError, ValueError or hub errors for a missing, unreachable or unknown
     model: one line naming the reference."""
     try:

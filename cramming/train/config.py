@@ -66,6 +66,15 @@ class OptimConfig:
 OptimConfig = with_technique_settings(OptimConfig, "train.optim")
 
 
+ZERO_SHOT_DEFAULTS = {"blimp_pairs": 50, "bits_rows": 16}  # train.validation.* left null with zero_shot=true
+
+
+def zero_shot_size(validation, key: str) -> int:
+    """train.validation.blimp_pairs or bits_rows (a ValidationConfig or its DictConfig) as set, else the default."""
+    value = getattr(validation, key)
+    return ZERO_SHOT_DEFAULTS[key] if value is None else value
+
+
 @dataclass
 class ValidationConfig:
     """The validation curve on the dataset's held-out rows (data.validation_rows; 0 turns it off)."""
@@ -75,10 +84,25 @@ class ValidationConfig:
     # at or after this fraction of training is above early_stop_loss. Both set, or neither.
     early_stop_fraction: Optional[float] = None
     early_stop_loss: Optional[float] = None
+    # Zero-shot quality at each validation, off the budget clock (cramming.eval.probe, docs/zero_shot.md): BLiMP on
+    # the first blimp_pairs pairs of each paradigm of the packaged subset (1-100) and the bits per character of
+    # the first bits_rows held-out rows. Off by default: on two CPU cores it costs about 11 s a validation with
+    # the tiny model, more than the quick start's whole validation (docs/zero_shot.md).
+    zero_shot: bool = False
+    blimp_pairs: Optional[int] = None  # null: ZERO_SHOT_DEFAULTS; set only with zero_shot=true
+    bits_rows: Optional[int] = None
 
     def check(self) -> None:
         fraction, loss, fractions = self.early_stop_fraction, self.early_stop_loss, list(self.fractions)
         require([
+            (self.zero_shot or (self.blimp_pairs is None and self.bits_rows is None),
+             "train.validation.blimp_pairs and train.validation.bits_rows size the zero-shot probe: add "
+             "train.validation.zero_shot=true"),
+            (self.blimp_pairs is None or 1 <= self.blimp_pairs <= 100,
+             f"train.validation.blimp_pairs={self.blimp_pairs} must be in [1, 100] (the packaged subset's pairs per "
+             "paradigm)"),
+            (self.bits_rows is None or self.bits_rows >= 1,
+             f"train.validation.bits_rows={self.bits_rows} must be at least 1"),
             (all(0 < f < 1 for f in fractions),
              f"train.validation.fractions={fractions} must each be in (0, 1) (the end is always validated)"),
             ((fraction is None) == (loss is None),

@@ -157,7 +157,7 @@ class MetricsLog:
             "step %d | budget %.1f%% used, %s left (ETA %s) | loss %.4f%s | lr %.2e | batch %d%s | grad norm %.3g | "
             "%s tok/s | MFU %s%s",
             f.step, 100 * f.budget_fraction, format_duration(f.remaining), eta, f.loss,
-            f" (validation {f.validation['val_loss']:.4f})" if f.validation else "", f.lr, f.batch_size,
+            _validation_note(f.validation), f.lr, f.batch_size,
             f" of {f.planned_batch_size} (the budget ran out mid-step)" if f.planned_batch_size else "", f.grad_norm,
             f"{tokens_per_s:,.0f}" if tokens_per_s else "-", f"{100 * mfu:.1f}%" if mfu is not None else "n/a",
             _hardware(f.telemetry),
@@ -171,6 +171,15 @@ class MetricsLog:
             return
         records[-1].update({key: finite(value) for key, value in extra.items()})
         write_atomically(self.path, "".join(json.dumps(record) + "\n" for record in records))
+
+
+def _validation_note(validation: dict | None) -> str:
+    """The progress line's note of a validation: its loss, and BLiMP and bits per character where measured."""
+    if not validation:
+        return ""
+    zero_shot = (f", BLiMP {validation['blimp']:.1f}%, {validation['bits_per_char']:.3f} bits/char"
+                 if "blimp" in validation else "")
+    return f" (validation {validation['val_loss']:.4f}{zero_shot})"
 
 
 _CONSOLE = (("gpu_util", "GPU {:.0f}%"), ("gpu_mem_gb", "{:.1f} GiB"), ("gpu_temp_c", "{:.0f}°C"),

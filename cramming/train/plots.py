@@ -101,8 +101,8 @@ def panels_figure(panels: list[tuple], title: str) -> Figure:
 
 
 def plot_run(run_dir: Path) -> list[Path]:
-    """loss.png (with the validation curve), schedules.png, gradients.png, throughput.png and hardware.png
-    (where telemetry was logged) under plots/."""
+    """loss.png (with the validation curve), schedules.png, gradients.png, zero_shot.png (BLiMP and bits per
+    character, where measured), throughput.png and hardware.png (where telemetry was logged) under plots/."""
     records = read_records(run_dir / "metrics.jsonl")
     if not records:
         return []
@@ -127,6 +127,10 @@ def plot_run(run_dir: Path) -> list[Path]:
         if any(value is not None for value in column("clipped_fraction")):
             gradients.append((time, time_label, column("clipped_fraction"), "fraction of steps clipped"))
         written.append(_save(gradients, out / "gradients.png", title))
+    if any(value is not None for value in column("blimp")):  # the zero-shot probe (cramming.eval.probe)
+        written.append(_save([(time, time_label, column("blimp"), "BLiMP subset (% of pairs right)"),
+                              (time, time_label, column("bits_per_char"), "held-out bits per character")],
+                             out / "zero_shot.png", title))
     throughput = [(time, time_label, column("tokens_per_s"), "tokens/s")]
     if any(value is not None for value in column("mfu")):
         throughput.append((time, time_label, [m * 100 if m is not None else None for m in column("mfu")], "MFU (%)"))

@@ -47,10 +47,14 @@ def smoothed_loss(records: list[dict]) -> float | None:
     return sum(tail) / len(tail)
 
 
+ZERO_SHOT_KEYS = ("blimp", "bits_per_char")  # the zero-shot probe's figures (cramming.eval.probe), where measured
+
+
 def validation_summary(records: list[dict], held_out_rows: int, seconds: float, wall_budget: float) -> dict | None:
     """The validation curve of the records: each point, the first and the last (None without validation)."""
     points = [{"step": r["step"], "budget_fraction": round(min(r["elapsed"] / wall_budget, 1.0), 4),
-               "loss": r["val_loss"], "accuracy": r["val_accuracy"]} for r in records if "val_loss" in r]
+               "loss": r["val_loss"], "accuracy": r["val_accuracy"],
+               **{key: r[key] for key in ZERO_SHOT_KEYS if key in r}} for r in records if "val_loss" in r]
     if not held_out_rows:
         return None
     return {
@@ -59,6 +63,7 @@ def validation_summary(records: list[dict], held_out_rows: int, seconds: float, 
         "first_loss": points[0]["loss"] if points else None,
         "final_loss": points[-1]["loss"] if points else None,
         "final_accuracy": points[-1]["accuracy"] if points else None,
+        **({f"final_{key}": points[-1][key] for key in ZERO_SHOT_KEYS if key in points[-1]} if points else {}),
         "seconds": round(seconds, 3),  # this process, off the budget clock
     }
 

@@ -32,7 +32,7 @@ from cramming.runtime import deterministic_algorithms, prepare_device
 from cramming.train.callbacks import Callback, CallbackList, Progress, TrainState
 from cramming.train.checkpoint import (Checkpointer, Heartbeat, NonFiniteWeightsError, charge_lost_time,
                                        check_resumed_model, load_state, restore, resume_fingerprint)
-from cramming.train.config import check_pretrain_config
+from cramming.train.config import check_pretrain_config, zero_shot_size
 from cramming.train.distributed import Distributed, NodeHandoff
 from cramming.train.loop import Schedule, count_microbatch, counted_finite, run_loop
 from cramming.train.metrics import (MetricsLog, MetricsLogger, ProgressBar, WandbLogger, format_duration,
@@ -167,7 +167,7 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback], start: RunStart
     stopping = StoppingRule(cfg.train.progress, cfg.train.max_steps, clock)
     schedule = Schedule(cfg.train, sequences)
     agreement = rank_agreement(stopping, dist, cfg.train.check_nonfinite_every, settings.device, schedule.accumulate)
-    validation = _validation(cfg, dataset, settings, dist, agreement)
+    validation = _validation(cfg, dataset, tokenizer, settings, dist, agreement)
     # techniques, then the validation curve, then the record of both; their state rides in checkpoints
     recorded = CallbackList([*techniques, *callbacks, *validation, *([logger] if logger else [])])
     if saved:
@@ -232,9 +232,9 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback], start: RunStart
     return Trained(run_dir, stop_reason, summary, wandb)
 
 
-def _validation(cfg, dataset: PreparedDataset, settings: Settings, dist: Distributed,
+def _validation(cfg, dataset: PreparedDataset, tokenizer, settings: Settings, dist: Distributed,
                 agreement: LocalAgreement) -> list[Callback]:
-    """The validation curve, where the dataset holds rows out for it."""
+    """The validation curve (and the zero-shot probe with it), where the dataset holds rows out for it."""
     if not dataset.held_out_rows:
         log.info("validation: off (data.validation_rows=0)")
         return []
@@ -243,7 +243,14 @@ def _validation(cfg, dataset: PreparedDataset, settings: Settings, dist: Distrib
     log.info("validation: %d held-out rows, at %s of training and at the end%s", dataset.held_out_rows,
              ", ".join(f"{100 * f:.0f}%" for f in rule.fractions) or "none",
              f"; early stop above loss {early[1]} from {100 * early[0]:.0f}%" if early else "")
-    return [Validation(dataset, cfg.train.mlm_rate, settings.precision, dist, agreement, list(rule.fractions), early)]
+    probe = None
+    if rule.zero_shot:
+        from cramming.eval.probe import ZeroShotProbe
+
+        probe = ZeroShotProbe(dataset, tokenizer, zero_shot_size(rule, "blimp_pairs"), zero_shot_size(rule, "bits_rows"))
+        log.info("zero-shot at each validation: %s (train.validation.zero_shot=false turns it off)", probe.describe())
+    return [Validation(dataset, cfg.train.mlm_rate, settings.precision, dist, agreement, list(rule.fractions), early,
+                       probe)]
 
 
 def _run_directory(cfg, dist: Distributed, checkpoint: Path | None, progress: Progress) -> Path:

@@ -3,7 +3,8 @@ data.validation_rows of the stored order, never trained on), at fixed fractions 
 end, and the optional early stop of a run whose validation loss is too high.
 
 The slice and its masks are fixed (masks seeded by position with VALIDATION_SEED, whatever train.seed),
-so runs on the same dataset are compared on the same tokens. Validation time is kept off the budget clock.
+so runs on the same dataset are compared on the same tokens. Validation time is kept off the budget clock, and
+so is the zero-shot probe that runs with it (BLiMP and bits per character: cramming.eval.probe).
 """
 
 import logging
@@ -61,8 +62,10 @@ class Validation(Callback):
     name = "validation"
 
     def __init__(self, dataset: PreparedDataset, mlm_rate: float, precision: Precision, dist: Distributed,
-                 agreement: LocalAgreement, fractions: list[float], early_stop: tuple[float, float] | None):
+                 agreement: LocalAgreement, fractions: list[float], early_stop: tuple[float, float] | None,
+                 probe=None):
         self.dataset, self.mlm_rate, self.precision, self.dist = dataset, mlm_rate, precision, dist
+        self.probe = probe  # a cramming.eval.probe.ZeroShotProbe, or None
         self.agreement, self.fractions, self.early_stop = agreement, sorted(fractions), early_stop
         self.passed: list[float] = []  # fractions validated at (kept in checkpoints)
         self.last_step = -1
@@ -82,9 +85,14 @@ class Validation(Callback):
     def _run(self, state: TrainState, when: str) -> None:
         with state.clock.paused():
             state.validation = validate(state.model, self.dataset, self.mlm_rate, self.precision, self.dist)
+            if self.probe is not None:  # every rank alike (no rank waits on another's)
+                state.validation.update(self.probe(state.model, self.precision))
         self.last_step = state.progress.step
-        log.info("validation %s (step %d): loss %.4f, accuracy %.2f%%", when, state.progress.step,
-                 state.validation["val_loss"], 100 * state.validation["val_accuracy"])
+        found = state.validation
+        zero_shot = (f"; BLiMP {found['blimp']:.2f}%, {found['bits_per_char']:.4f} bits/char "
+                     f"({found['zero_shot_s']:.1f} s)" if "blimp" in found else "")
+        log.info("validation %s (step %d): loss %.4f, accuracy %.2f%%%s", when, state.progress.step,
+                 found["val_loss"], 100 * found["val_accuracy"], zero_shot)
 
     def _check_early_stop(self, state: TrainState, fraction: float) -> None:
         if self.early_stop is None:

@@ -2,6 +2,7 @@
 (off the budget clock), the early stop, and the console's progress bar."""
 
 import io
+import json
 import time
 
 import numpy as np
@@ -113,3 +114,54 @@ def test_the_progress_bar_on_a_terminal_and_plain_lines_elsewhere():
     bar.on_train_end(State, "budget")
     drawn = screen.getvalue().split("\r")[-2]
     assert drawn.startswith("training  25%|") and "step 7 | 0h01m15s left | loss 3.2500 | 1,234 tok/s | MFU 41.0%" in drawn
+
+
+def test_the_zero_shot_probe_adds_its_figures_and_changes_nothing_training_computes(dataset, tmp_path):
+    """train.validation.zero_shot=true: BLiMP (packaged subset) and bits per character at each validation, into
+    metrics.jsonl, summary.json and a plot; the losses of every step are those of the same run without it."""
+    common = STEP_RUN + ["train.validation.fractions=[0.5]", f"cache_dir={dataset.path.parent.parent}"]  # prepared
+    plain = pretrain(compose_config(common + [f"output_dir={tmp_path / 'plain'}"]))
+    probed = pretrain(compose_config(common + [f"output_dir={tmp_path / 'probed'}", "train.validation.zero_shot=true",
+                                               "train.validation.blimp_pairs=2", "train.validation.bits_rows=2"]))
+    assert [r["loss"] for r in records(probed)] == [r["loss"] for r in records(plain)]
+    assert [r.get("val_loss") for r in records(probed)] == [r.get("val_loss") for r in records(plain)]
+    validated = [r for r in records(probed) if "val_loss" in r]
+    assert [r["step"] for r in validated] == [4, 8]
+    assert all(0 <= r["blimp"] <= 100 and r["bits_per_char"] > 0 and r["zero_shot_s"] >= 0 for r in validated)
+    assert not any("blimp" in r for r in records(plain))
+    facts = summary(probed)["validation"]
+    assert facts["final_blimp"] == validated[-1]["blimp"] and facts["final_bits_per_char"] == validated[-1]["bits_per_char"]
+    assert [point["blimp"] for point in facts["curve"]] == [r["blimp"] for r in validated]
+    assert (probed / "plots" / "zero_shot.png").is_file() and not (plain / "plots" / "zero_shot.png").exists()
+
+
+def test_the_zero_shot_settings_are_checked():
+    from cramming.errors import CrammingError
+    from cramming.train.config import ValidationConfig, zero_shot_size
+
+    with pytest.raises(CrammingError, match=r"train.validation.blimp_pairs=101 must be in \[1, 100\]"):
+        ValidationConfig(zero_shot=True, blimp_pairs=101).check()
+    with pytest.raises(CrammingError, match="train.validation.bits_rows=0 must be at least 1"):
+        ValidationConfig(zero_shot=True, bits_rows=0).check()
+    with pytest.raises(CrammingError, match="size the zero-shot probe: add train.validation.zero_shot=true"):
+        ValidationConfig(blimp_pairs=20).check()  # set, but nothing would read it
+    on = ValidationConfig(zero_shot=True, bits_rows=4)
+    on.check()
+    assert (zero_shot_size(on, "blimp_pairs"), zero_shot_size(on, "bits_rows")) == (50, 4)
+
+
+def test_zero_shot_scores_a_runs_held_out_rows_in_bits_per_character(dataset, tmp_path):
+    """ckpt=<a run>: the checkpoint names its prepared dataset, whose held-out rows the command scores."""
+    from tests.commands import in_process
+    from tests.conftest import SHARED_DATA
+
+    if not (SHARED_DATA / "blimp").is_dir():
+        pytest.skip("BLiMP files not found")
+    run_dir = pretrain(compose_config(STEP_RUN + ["train.max_steps=2", "data.validation_rows=8",
+                                                  f"output_dir={tmp_path}", f"cache_dir={dataset.path.parent.parent}"]))
+    out = tmp_path / "zero_shot"
+    run = in_process("zero_shot", f"ckpt={run_dir}", f"blimp_dir={SHARED_DATA / 'blimp'}", "pairs_per_paradigm=1",
+                     "bits_rows=2", f"cache_dir={dataset.path.parent.parent}", f"output_dir={out}")
+    assert run.returncode == 0, run.stderr
+    bits = json.loads((out / "zero_shot_results.json").read_text())["bits"]
+    assert bits["source"].startswith("2 held-out rows of ") and bits["bits_per_char"] > 0 and bits["tokens"] > 0

@@ -1,0 +1,184 @@
+"""The zero-shot stage: BLiMP and bits per character of any checkpoint, written to
+zero_shot_results.{json,md}. No fine-tuning; reported apart from GLUE and never mixed into its average.
+
+    results["blimp"]: overall (percent, the mean over the paradigms), fields, paradigms (UID -> percent), pairs,
+                      method, rows, seconds, rows_per_s
+    results["bits"]:  bits_per_char, bits_per_token, characters, tokens, source (a text file or the run's
+                      held-out rows), or null with results["bits_skipped"] saying why
+"""
+
+import dataclasses
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from cramming.errors import CrammingError
+from cramming.eval.blimp import PARADIGMS, load_blimp, published, score_blimp
+from cramming.eval.pll import DEFAULT_METHOD, check_method
+from cramming.files import write_atomically
+
+log = logging.getLogger(__name__)
+DEFAULT_BITS_ROWS = 64
+
+
+@dataclasses.dataclass
+class ZeroShotConfig:
+    """Top level of `scripts/zero_shot.py` (cramming-zero-shot)."""
+
+    ckpt: str = MISSING  # a checkpoint dir, a run dir (its final or newest checkpoint), latest, or hf:<id or folder>
+    blimp_dir: Optional[str] = None  # a folder of the 67 BLiMP .jsonl or .jsonl.gz files; null: the hub (nyu-mll/blimp)
+    pairs_per_paradigm: Optional[int] = None  # the first N pairs of each paradigm; null: all 1,000
+    method: str = DEFAULT_METHOD  # pll-word-l2r (Kauf & Ivanova 2023) | pll (Salazar et al. 2020)
+    # bits per character of this UTF-8 text file; null: of the run's own held-out rows (our checkpoints whose
+    # prepared dataset is in cache_dir), else none
+    text_file: Optional[str] = None
+    bits_rows: Optional[int] = None  # held-out rows scored for bits per character (text_file null only); null: 64
+    batch_size: int = 256  # masked rows per forward pass
+    device: str = "auto"  # auto | cpu | cuda | cuda:<index>
+    runs_dir: str = "outputs"  # where `ckpt=latest` looks for the newest pretraining run
+    cache_dir: str = "${oc.env:CRAMMING_CACHE,'~/.cache/cramming'}"  # where the run's prepared dataset lives
+    output_dir: str = "outputs/zero_shot/${now:%Y-%m-%d_%H-%M-%S}"  # zero_shot_results.{json,md} and the log
+
+
+ConfigStore.instance().store(name="zero_shot_schema", node=ZeroShotConfig)
+
+
+def check(cfg: ZeroShotConfig) -> None:
+    """Settings that would fail late, now (before a model is loaded)."""
+    check_method(cfg.method)
+    for key in ("batch_size", "bits_rows"):
+        if getattr(cfg, key) is not None and getattr(cfg, key) < 1:
+            raise CrammingError(f"{key}={getattr(cfg, key)} must be at least 1")
+    if cfg.text_file is not None and cfg.bits_rows is not None:
+        raise CrammingError("bits_rows counts the run's held-out rows; with text_file the whole file is scored: "
+                            "set one of them")
+    if cfg.pairs_per_paradigm is not None and cfg.pairs_per_paradigm < 1:
+        raise CrammingError(f"pairs_per_paradigm={cfg.pairs_per_paradigm} must be at least 1 (or unset: all)")
+
+
+def run_zero_shot(cfg: ZeroShotConfig, checkpoint: str, output_dir: str | Path) -> dict:
+    """Score `checkpoint` (our checkpoint directory or hf:...) on BLiMP and bits per character; write the reports."""
+    from cramming.eval.masked_lm import open_masked_lm
+    from cramming.provenance import provenance
+    from cramming.runtime import prepare_device, resolve_device
+
+    check(cfg)
+    device = resolve_device(cfg.device, "device")
+    prepare_device(device)
+    paradigms = load_blimp(cfg.blimp_dir, cfg.pairs_per_paradigm)  # the data first: a bad folder fails before the model
+    if len(paradigms) != PARADIGMS:
+        log.warning("BLiMP: %d paradigms found, not %d: blimp.overall is their mean only", len(paradigms), PARADIGMS)
+    lm = open_masked_lm(checkpoint, device)
+    texts, source, skipped = _bits_texts(cfg, lm)
+    blimp = timed_blimp(lm, paradigms, cfg.method, cfg.batch_size)
+    bits = None
+    if texts:
+        from cramming.eval.bits import bits_per_character
+
+        bits = {**bits_per_character(lm, texts, cfg.method, cfg.batch_size), "source": source}
+        log.info("%.4f bits per character, %.4f per token (%s)", bits["bits_per_char"], bits["bits_per_token"], source)
+    results = {
+        "checkpoint": lm.description,
+        "blimp": blimp,
+        "published": published({paradigm.uid: paradigm.field for paradigm in paradigms}),  # the same paradigms
+        "bits": bits,
+        "bits_skipped": skipped,
+        "settings": {key: getattr(cfg, key) for key in ("blimp_dir", "pairs_per_paradigm", "method", "text_file",
+                                                         "bits_rows", "batch_size")},
+        "device": str(device),
+        "provenance": provenance(device),
+        "checkpoint_provenance": lm.provenance,
+    }
+    write_reports(results, Path(output_dir))
+    log.info("wrote %s/zero_shot_results.{json,md}", output_dir)
+    return results
+
+
+def timed_blimp(lm, paradigms, method: str, batch_size: int) -> dict:
+    """score_blimp with its wall time: seconds and rows_per_s (masked rows a second) added."""
+    started = time.perf_counter()
+    blimp = score_blimp(lm, paradigms, method, batch_size)
+    if lm.device.type == "cuda":
+        torch.cuda.synchronize(lm.device)
+    seconds = time.perf_counter() - started
+    blimp.update(seconds=round(seconds, 3), rows_per_s=round(blimp["rows"] / seconds, 1))
+    log.info("BLiMP %.2f%% over %d paradigms, %d pairs (%s): %d masked rows in %.1f s, %.0f rows/s", blimp["overall"],
+             len(blimp["paradigms"]), blimp["pairs"], method, blimp["rows"], seconds, blimp["rows_per_s"])
+    return blimp
+
+
+def time_blimp(checkpoint: str, blimp_dir: str | None, device: str = "auto", pairs_per_paradigm: int | None = None,
+               method: str = DEFAULT_METHOD, batch_size: int = 256) -> dict:
+    """The BLiMP result of a checkpoint (ours or hf:...) with its time (seconds, rows_per_s), and nothing written:
+    for a benchmark such as the GPU check (the whole of BLiMP with pairs_per_paradigm=None)."""
+    from cramming.eval.masked_lm import open_masked_lm
+    from cramming.runtime import prepare_device, resolve_device
+
+    check_method(method)
+    resolved = resolve_device(device, "device")
+    prepare_device(resolved)
+    paradigms = load_blimp(blimp_dir, pairs_per_paradigm)
+    return timed_blimp(open_masked_lm(checkpoint, resolved), paradigms, method, batch_size)
+
+
+def _bits_texts(cfg: ZeroShotConfig, lm) -> tuple[list[str], str | None, str | None]:
+    """(texts, where they come from, why there are none)."""
+    from cramming.eval.bits import held_out_pieces, text_file_pieces
+
+    if cfg.text_file is not None:
+        return text_file_pieces(cfg.text_file), cfg.text_file, None
+    dataset_name = (lm.provenance or {}).get("dataset")
+    if dataset_name is None:
+        return [], None, "no text_file, and the checkpoint names no prepared dataset"
+    folder = Path(cfg.cache_dir).expanduser() / "data" / dataset_name
+    if not folder.is_dir():
+        return [], None, f"no text_file, and the run's dataset {dataset_name} is not in {folder.parent}"
+    from cramming.data.store import PreparedDataset
+
+    dataset = PreparedDataset.open(folder)
+    if not dataset.held_out_rows:
+        return [], None, f"no text_file, and the run's dataset {dataset_name} holds no rows out"
+    rows = DEFAULT_BITS_ROWS if cfg.bits_rows is None else cfg.bits_rows
+    texts = held_out_pieces(dataset, lm.tokenizer, rows)
+    return texts, f"{min(rows, dataset.held_out_rows)} held-out rows of {dataset_name}", None
+
+
+def write_reports(results: dict, output_dir: Path) -> None:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    write_atomically(output_dir / "zero_shot_results.json", json.dumps(results, indent=2, allow_nan=False) + "\n")
+    write_atomically(output_dir / "zero_shot_results.md", markdown_report(results))
+
+
+def markdown_report(results: dict) -> str:
+    blimp = results["blimp"]
+    paradigms = len(blimp["paradigms"])
+    over = f"{paradigms} paradigm{'s' if paradigms != 1 else ''}, {blimp['pairs']:,} pairs"
+    lines = ["# Zero-shot results", "", f"Checkpoint: `{results['checkpoint']}`", "",
+             f"## BLiMP ({blimp['method']}; {over}; not part of any GLUE score)", "",
+             "| model | overall | " + " | ".join(blimp["fields"]) + " |",
+             "|---|---|" + "---|" * len(blimp["fields"]),
+             f"| **this checkpoint** | {blimp['overall']:.1f} | "
+             + " | ".join(f"{value:.1f}" for value in blimp["fields"].values()) + " |"]
+    lines += [f"| {name} (published) | {row['overall']:.1f} | "
+              + " | ".join(f"{row['fields'][field]:.1f}" for field in blimp["fields"]) + " |"
+              for name, row in results["published"].items()]
+    lines += ["", "Published rows: Warstadt et al. (2020), the mean over the same paradigms; models score a pair by "
+              "their total log-probability, humans by agreement.", ""]
+    bits = results["bits"]
+    if bits is not None:
+        lines += ["## Bits per character", "", f"{bits['bits_per_char']:.4f} bits per character, "
+                  f"{bits['bits_per_token']:.4f} per token ({bits['characters']:,} characters, {bits['tokens']:,} "
+                  f"tokens of {bits['source']}; {bits['method']})", ""]
+    else:
+        lines += ["## Bits per character", "", f"not measured: {results['bits_skipped']}", ""]
+    lines += ["## Paradigms", "", "| paradigm | percent |", "|---|---|"]
+    lines += [f"| {uid} | {value:.1f} |" for uid, value in blimp["paradigms"].items()]
+    lines += ["", f"BLiMP: {blimp['rows']:,} masked rows in {blimp['seconds']:.1f} s ({blimp['rows_per_s']:,.0f} rows/s) "
+              f"on {results['device']}", ""]
+    return "\n".join(lines)

@@ -119,7 +119,8 @@ PRETRAIN_GROUPS = "its groups: arch, data, train, gpu, eval, wandb"
                                   "crammed-bert-tiny, modern-bert, modern-bert-tiny", False),
     ("pretrain", ["+arch=bert-base"], "error: +arch=bert-base: arch is a group of pretrain.py already; choose with "
                                       "arch=bert-base", False),
-    ("pretrain", ["eval=null"], "error: eval=null: leave a group out with ~eval, or choose one of glue", False),
+    ("pretrain", ["eval=null"], "error: eval=null: leave a group out with ~eval, or choose one of glue, race, superglue",
+     False),
     ("eval_glue", ["ckpt=x", "arch=bert-base"], "error: arch=bert-base: eval_glue.py has no config group arch (its "
                                                 "groups: eval); here the model is the checkpoint's (ckpt=); arch is a "
                                                 "group of pretrain.py and scripts/benchmark.py: python pretrain.py "

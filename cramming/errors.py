@@ -23,12 +23,41 @@ class CrammingError(Exception):
     label = "error"  # the word that starts the line
 
 
+class Problems(CrammingError):
+    """Several problems found in one pass over a config: one line that numbers them all (`problems` holds each)."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        several = len(self.problems) > 1
+        super().__init__(f"{len(self.problems)} problems: " + "; ".join(f"({n}) {p}" for n, p in
+                                                                         enumerate(self.problems, 1))
+                         if several else self.problems[0])
+
+
 def require(rules: list[tuple[bool, str]]) -> None:
-    """Raise a CrammingError with the message of the first rule that does not hold: how each config part and each
-    technique checks its values, before any work."""
-    for ok, message in rules:
-        if not ok:
-            raise CrammingError(message)
+    """Raise Problems with the message of every rule that does not hold: how each config part and each technique
+    checks its values, before any work."""
+    failed = [message for ok, message in rules if not ok]
+    if failed:
+        raise Problems(failed)
+
+
+def problems_of(*checks) -> list[str]:
+    """Run every check (a callable raising CrammingError), each after the others' problems: all they found."""
+    found = []
+    for check in checks:
+        try:
+            check()
+        except Problems as error:
+            found.extend(error.problems)
+        except CrammingError as error:
+            found.append(str(error))
+    return list(dict.fromkeys(found))  # a problem two checks share, once
+
+
+def raise_problems(problems: list[str]) -> None:
+    if problems:
+        raise Problems(problems)
 
 
 def describe_os_error(error: OSError) -> str:

@@ -12,6 +12,7 @@ from cramming.ablate.sweep import SweepConfig, check_sweep
 from cramming.errors import CrammingError
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT, SHARED_DATA
+from tests.train.runs import NO_PROBE
 
 GLUE_DIR = SHARED_DATA / "glue"
 
@@ -25,9 +26,10 @@ def ablate(*arguments: str) -> subprocess.CompletedProcess:
 def test_smoke_sweep_writes_the_table_and_the_plot_then_skips_finished_runs(shared_cache, tmp_path):
     out = tmp_path / "sweep"
     scored = (GLUE_DIR / "RTE").is_dir()  # the GLUE column where the GLUE files are at hand
-    glue = [f"overrides=['eval=glue','eval.tasks=[rte]','eval.data_dir={GLUE_DIR}','eval.max_train_examples=32',"
-            "'eval.epochs=1']"] if scored else []
-    run = ablate("sweep=smoke", f"output_dir={out}", *glue)
+    glue = [f"'eval=glue','eval.tasks=[rte]','eval.data_dir={GLUE_DIR}','eval.max_train_examples=32','eval.epochs=1',"
+            ] if scored else []
+    overrides = f"overrides=[{''.join(glue)}'{NO_PROBE}']"
+    run = ablate("sweep=smoke", f"output_dir={out}", overrides)
     assert run.returncode == 0, run.stderr
     table = (out / "ablations.md").read_text()
     header = table.splitlines()[0]  # names the sweep's base and the command's overrides
@@ -46,7 +48,7 @@ def test_smoke_sweep_writes_the_table_and_the_plot_then_skips_finished_runs(shar
     assert imread(out / "loss_overlay.png").shape[0] > 100
 
     (out / "runs" / "wsd" / next((out / "runs" / "wsd").iterdir()).name / "summary.json").unlink()  # as if cut off
-    again = in_process("ablate", "sweep=smoke", f"output_dir={out}")  # the first call is the real subprocess
+    again = in_process("ablate", "sweep=smoke", f"output_dir={out}", overrides)  # the first: a real subprocess
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("finished before") + again.stderr.count("finished before") == 2
     assert len(list((out / "runs" / "wsd").iterdir())) == 1  # resumed in place, not a new run
@@ -95,8 +97,8 @@ def test_every_run_of_every_shipped_sweep_composes_and_passes_the_checks_made_be
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    from cramming import as_group_choices
     from cramming.train.config import check_pretrain_config
-    from cramming.train.optimizers import resolve_optim
 
     names = sorted(path.stem for path in (REPO_ROOT / "configs" / "sweep").glob("*.yaml"))
     assert {"smoke", "techniques", "ema", "optimizers"} <= set(names)
@@ -107,8 +109,7 @@ def test_every_run_of_every_shipped_sweep_composes_and_passes_the_checks_made_be
                                                         compose("ablate", overrides=[f"sweep={name}"]).sweep))
             check_sweep(name, sweep)
             for label, overrides in sweep.runs.items():
-                run = compose("pretrain", overrides=[*sweep.base, *overrides, f"name={label}"])
-                resolve_optim(run)
+                run = compose("pretrain", overrides=as_group_choices([*sweep.base, *overrides, f"name={label}"]))
                 check_pretrain_config(run)  # the techniques' checks included
                 checked += 1
     assert checked >= 40

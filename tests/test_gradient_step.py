@@ -6,14 +6,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from cramming import CONFIG_DIR
+from cramming import CONFIG_DIR, compose_config
 from cramming.bench.host_sync import no_host_sync
 from cramming.bench.timing import TimedStep
 from cramming.data.mlm import synthetic_mlm_batch
 from cramming.gradient_step import apply_update, backward, gradient_finite, gradient_norm, skips_on_device
 from cramming.model import ModelConfig, build_mlm_model
 from cramming.runtime import Precision, build_optimizer, recipe_adamw
-from cramming.train.optimizers import build_pretraining_optimizer, resolve_optim
+from cramming.train.optimizers import build_pretraining_optimizer
 
 TINY = ModelConfig(name="tiny", num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64)
 FP32 = Precision("fp32", "cpu")
@@ -76,10 +76,9 @@ def test_without_a_flag_the_update_always_applies():
 
 def test_the_recipe_adamw_is_the_one_pretraining_builds_from_its_config_file():
     values = OmegaConf.load(CONFIG_DIR / "optim" / "adamw.yaml")
-    cfg = OmegaConf.create({"train": {"optim": {"name": "adamw", "lr": None, "betas": None, "eps": None,
-                                                "weight_decay": None, "momentum": None, "gamma": None,
-                                                "hessian_every": None, "decay_embeddings": True}}})
-    resolve_optim(cfg)
+    from cramming.train.config import PretrainConfig  # noqa: F401  (registers the schemas pretrain.yaml names)
+
+    cfg = compose_config("pretrain", [])  # the optim group's adamw, as pretraining composes it
     model = build_mlm_model(TINY, 200)
     recipe, pretraining = recipe_adamw(model), build_pretraining_optimizer(model, cfg.train.optim)
     for ours, theirs in zip(recipe.param_groups, pretraining.param_groups):

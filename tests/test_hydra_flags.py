@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_dir
 from cramming import CONFIG_DIR
 from cramming.cli.groups import config_groups
 from tests.commands import SCRIPTS, in_process, in_subprocess
+from tests.train.runs import NO_PROBE
 
 def command(name: str, *arguments: str, real: bool = False, **where):
     return (in_subprocess if real else in_process)(name, *arguments, **where)
@@ -72,8 +73,8 @@ def test_bad_overrides_end_in_one_line_under_every_flag(arguments, message, real
 
 @pytest.mark.slow
 def test_multirun_runs_each_job_in_its_own_numbered_directory_and_ablate_tables_it(tmp_path, shared_cache):
-    run = command("pretrain", "--config-name", "quickstart", "-m", "budget=0.0003,0.0004", f"output_dir={tmp_path}",
-                  real=True, cwd=tmp_path, timeout=300)
+    run = command("pretrain", "-m", "--config-name", "quickstart", NO_PROBE, "budget=0.0003,0.0004",
+                  f"output_dir={tmp_path}", real=True, cwd=tmp_path, timeout=300)
     assert run.returncode == 0, run.stderr
     (sweep,) = (tmp_path / "multirun").iterdir()
     assert (sweep / "multirun.yaml").is_file()
@@ -83,7 +84,7 @@ def test_multirun_runs_each_job_in_its_own_numbered_directory_and_ablate_tables_
         assert f"budget: {budget}" in (run_dir / "config.yaml").read_text()
     table = command("ablate", f"multirun={sweep}", cwd=tmp_path)
     assert table.returncode == 0, table.stderr
-    assert f"Sweep `multirun {sweep.name}`; every run: `--config-name quickstart`." in table.stdout
+    assert f"Sweep `multirun {sweep.name}`; every run: `--config-name quickstart {NO_PROBE}`." in table.stdout
     assert "| budget=0.0003 | `budget=0.0003` |" in table.stdout and "| budget=0.0004 | `budget=0.0004` |" in table.stdout
     assert (sweep / "ablations.md").is_file() and (sweep / "loss_overlay.png").is_file()
 
@@ -105,14 +106,14 @@ def test_a_job_that_fails_stops_the_sweep_with_one_line(tmp_path):
     assert run.stderr.strip().splitlines()[-1] == "error: ckpt=/nope1: no such directory"
 
 
-PRETRAIN_GROUPS = "its groups: arch, data, train, gpu, eval, wandb"
+PRETRAIN_GROUPS = "its groups: arch, data, train, optim, gpu, eval, wandb"
 
 
 @pytest.mark.parametrize(("name", "arguments", "message", "real"), [
-    ("pretrain", ["optim=lion"], f"error: optim=lion: pretrain.py has no config group optim ({PRETRAIN_GROUPS}); "
-                                 "choose it with the key train.optim.name=lion", True),
-    ("pretrain", ["+optim=lion"], f"error: +optim=lion: pretrain.py has no config group optim ({PRETRAIN_GROUPS}); "
-                                  "choose it with the key train.optim.name=lion", False),
+    ("pretrain", ["optim=lionn"], "error: unknown optim=lionn; choose one of adafactor, adamw, adamw8bit, lamb, lion, muon, sgd-nesterov, sophia — did you "
+                                  "mean lion?", True),
+    ("pretrain", ["+optim=lion"], "error: +optim=lion: optim is a group of pretrain.py already; choose with optim=lion",
+     False),
     ("pretrain", ["sweep=smoke"], f"error: sweep=smoke: pretrain.py has no config group sweep ({PRETRAIN_GROUPS}); "
                                   "sweep is a group of scripts/ablate.py: python scripts/ablate.py sweep=smoke", False),
     ("pretrain", ["arch=schema"], "error: unknown arch=schema; choose one of bert-base, bert-base-tiny, crammed-bert, "
@@ -129,10 +130,10 @@ PRETRAIN_GROUPS = "its groups: arch, data, train, gpu, eval, wandb"
                                                    "(it has none); here the model is the checkpoint's (ckpt=); train is "
                                                    "a group of pretrain.py: python pretrain.py train=quick", False),
     ("ablate", ["optim=lion"], "error: optim=lion: scripts/ablate.py has no config group optim (its groups: sweep); "
-                               "choose it with the key train.optim.name=lion of pretrain.py", False),
+                               "optim is a group of pretrain.py: python pretrain.py optim=lion", False),
 ])
 def test_a_group_the_command_does_not_have_is_one_line(name, arguments, message, real, tmp_path):
-    quickstart = ["--config-name", "quickstart"] if name == "pretrain" else []
+    quickstart = ["--config-name", "quickstart", NO_PROBE] if name == "pretrain" else []
     run = command(name, *quickstart, *arguments, real=real, cwd=tmp_path)
     assert run.returncode == 2, run.stdout + run.stderr
     assert "Traceback" not in run.stderr and run.stderr.strip() == message
@@ -142,6 +143,7 @@ def test_a_group_the_command_does_not_have_is_one_line(name, arguments, message,
 @pytest.mark.parametrize(("name", "arguments", "groups"), [
     ("pretrain", [], ["arch: bert-base, bert-base-tiny, crammed-bert, crammed-bert-tiny, modern-bert, modern-bert-tiny",
                       "data: embedded, fineweb-edu, local, mixture, wikipedia", "train: cramming, quick, steps",
+                      "optim: adafactor, adamw, adamw8bit, lamb, lion, muon, sgd-nesterov, sophia",
                       "gpu: 2080ti, 3060ti, a100, a4000, a6000, auto, cpu, h100, h100-nvl, h100-pcie, h200, h200-nvl, v100",
                       "eval: glue, race, superglue", "wandb: disabled, offline, online"]),
     ("eval_glue", [], ["eval: glue, race, superglue"]),

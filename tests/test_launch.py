@@ -50,9 +50,8 @@ def gpus(monkeypatch):
     (1, ["--nproc_per_node=2", PRETRAIN, "budget=24", "gpu=h100"],
      "error: --nproc_per_node=2: each process trains on a GPU of its own and this machine has 1"),
     (0, ["--nproc_per_node=gpu", PRETRAIN, "budget=24", "gpu=a100"], "error: --nproc_per_node=gpu: Cuda is not available."),
-    (1, ["--nproc_per_node=1", PRETRAIN, "budget=24", "gpu=h100", "optim=lion"],
-     "error: optim=lion: pretrain.py has no config group optim (its groups: arch, data, train, gpu, eval, wandb); "
-     "choose it with the key train.optim.name=lion"),
+    (1, ["--nproc_per_node=1", PRETRAIN, "budget=24", "gpu=h100", "optim=lionn"],
+     "error: unknown optim=lionn; choose one of adafactor, adamw, adamw8bit, lamb, lion, muon, sgd-nesterov, sophia — did you mean lion?"),
 ])
 def test_what_every_process_would_refuse_is_refused_before_the_launch(gpus, tmp_path, count, arguments, message):
     gpus(count)

@@ -11,6 +11,7 @@ import pytest
 
 from tests.eval.conftest import GLUE_DIR, make_checkpoint
 from tests.eval.test_other_label_count_cli import saved_classifier
+from tests.train.runs import NO_PROBE
 
 REPO = Path(__file__).resolve().parents[1]
 PROGRESS = re.compile(r"\d+%\|")  # tqdm: "tokenizing: 100%|██████████| 465k/465k ..."
@@ -39,7 +40,8 @@ def checkpoint(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_pretrain_prints_only_its_own_lines(tmp_path, shared_cache):
-    lines = run("pretrain.py", "--config-name", "quickstart", "budget=0.0003", f"output_dir={tmp_path}", cwd=tmp_path)
+    lines = run("pretrain.py", "--config-name", "quickstart", NO_PROBE, "budget=0.0003", f"output_dir={tmp_path}",
+                cwd=tmp_path)
     assert [line for line in lines if FOREIGN.search(line)] == []
 
 

@@ -15,10 +15,10 @@ from cramming.data.stream import Microbatches
 from cramming.model.checkpoint import load_pretrained
 from tests.commands import in_process, in_subprocess
 from tests.eval.conftest import GLUE_DIR
-from tests.train.runs import copy_run, only_run, records, summary
+from tests.train.runs import NO_PROBE, copy_run, only_run, records, summary
 
 STEPS = 4
-RUN = ["data=embedded", "arch=modern-bert-tiny", "gpu=cpu", "name=t", "data.seq_length=512", "train=steps",
+RUN = ["data=embedded", "arch=modern-bert-tiny", "gpu=cpu", "name=t", NO_PROBE, "data.seq_length=512", "train=steps",
        f"train.max_steps={STEPS}", "train.batch_size=16", "impl.microbatch_size=8", "budget=1",
        "logging.every_steps=1", "checkpoint.interval_minutes=1e-9", f"checkpoint.keep_last={STEPS}"]
 
@@ -82,8 +82,8 @@ def test_a_resume_from_the_command_line_continues_exactly(long_run, tmp_path):
 @pytest.mark.slow
 def test_a_budget_run_stops_on_its_budget(long_run, shared_cache, tmp_path, simulated_clock):
     """The recipe's budget clock and schedules (long_run prepared the 512-token rows it reads)."""
-    run = in_process("pretrain", "data=embedded", "arch=modern-bert-tiny", "gpu=cpu", "name=t", "budget=0.0005",
-                     "data.seq_length=512", "impl.microbatch_size=8", "train.validation.fractions=[]",
+    run = in_process("pretrain", "data=embedded", "arch=modern-bert-tiny", "gpu=cpu", "name=t", NO_PROBE,
+                     "budget=0.0005", "data.seq_length=512", "impl.microbatch_size=8", "train.validation.fractions=[]",
                      f"output_dir={tmp_path}")
     assert run.returncode == 0, run.stderr[-3000:]
     facts = summary(only_run(tmp_path))

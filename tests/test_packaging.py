@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.train.runs import NO_PROBE
 
 # A module holds one idea a reader can name: not a 20-line fragment (it belongs with its owner), nor a drawer of
 # several (no line cap stands in for that judgement). Faces (__init__.py, and a module that only gathers names from
@@ -110,7 +111,7 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_the_quick_start_outside_the_chec
     where = subprocess.run([venv / "bin" / "python", "-c", "import cramming; print(cramming.CONFIG_DIR)"],
                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
     assert where.stdout.strip() == str(next(venv.glob("lib/python*/site-packages")) / "cramming" / "configs"), where.stderr
-    run = subprocess.run([venv / "bin" / "cramming-pretrain", "--config-name", "quickstart", "budget=0.0005"],
+    run = subprocess.run([venv / "bin" / "cramming-pretrain", "--config-name", "quickstart", NO_PROBE, "budget=0.0005"],
                          cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     (run_dir,) = (elsewhere / "outputs" / "quickstart").iterdir()

@@ -20,6 +20,7 @@ from hydra.errors import HydraException
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from cramming import as_group_choices
 from cramming.errors import CrammingError, require
 from cramming.files import folder_name, read_json_object, write_atomically
 from cramming.train.config import PretrainConfig  # noqa: F401  (registers the pretraining schemas)
@@ -67,6 +68,7 @@ def check_sweep(name: str, sweep: SweepConfig) -> None:
 
 def run_sweep(cfg: AblateConfig) -> Path:
     """Every run of the sweep (finished ones skipped), then <output_dir>/ablations.md and loss_overlay.png."""
+    from cramming.preflight import run_problems
     from cramming.train.trainer import pretrain
 
     name = HydraConfig.get().runtime.choices["sweep"]
@@ -83,9 +85,13 @@ def run_sweep(cfg: AblateConfig) -> Path:
         resume = [f"resume={previous}"] if previous and (previous / "checkpoints").is_dir() else []
         everything = [*sweep.base, *overrides, *cfg.overrides, f"name={label}", f"output_dir={out / 'runs'}", *resume]
         try:
-            planned[label] = compose("pretrain", overrides=everything)
+            planned[label] = compose("pretrain", overrides=as_group_choices(everything))
         except (HydraException, OmegaConfBaseException) as error:
             raise CrammingError(f"sweep {name}, run {label}: {str(error).splitlines()[0]}") from None
+    problems = [f"run {label}: {problem}" for label, plan in planned.items() if not isinstance(plan, Path)
+                for problem in run_problems(plan)]  # the whole of every run, before the first trains
+    if problems:
+        raise CrammingError(f"sweep {name}: " + "; ".join(problems))
     run_dirs = {}
     for number, (label, plan) in enumerate(planned.items(), 1):
         if isinstance(plan, Path):
@@ -120,7 +126,7 @@ def _stop_reason(run_dir: Path) -> str | None:
 
 def write_table(name: str, sweep: SweepConfig, run_dirs: dict[str, Path], path: Path) -> str:
     """One row per option: its overrides, final (smoothed) and validation MLM loss, BLiMP and bits per character
-    (where the runs measured them: train.validation.zero_shot=true), tokens/s, peak memory, steps, and the GLUE
+    (where the runs measured them: the zero-shot probe, on by default), tokens/s, peak memory, steps, and the GLUE
     score when the runs were scored (`eval=glue` in the sweep or its overrides); then, where options ran with
     several seeds (train.seed), their mean and spread, and how each measure ranks the options."""
     summaries = {label: read_json_object(run_dir / "summary.json") for label, run_dir in run_dirs.items()}

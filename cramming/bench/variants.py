@@ -29,12 +29,10 @@ def variant_config(name: str, arch: ModelConfig):
     """The pretraining config of our step with the variant on (the benchmark's arch; only train, impl and arch
     are read)."""
     from cramming.train.config import PretrainConfig  # noqa: F401  (registers the schemas pretrain.yaml names)
-    from cramming.train.optimizers import resolve_optim
 
-    overrides = variant_overrides(name) or (f"train.optim.name={name}",)
+    overrides = variant_overrides(name) or (f"optim={name}",)
     cfg = compose_config("pretrain", ["data=embedded", "gpu=cpu", *overrides])
     cfg.arch = OmegaConf.structured(arch)
-    resolve_optim(cfg)
     return cfg
 
 

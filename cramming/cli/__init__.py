@@ -13,9 +13,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
-from cramming import CONFIG_DIR
+from cramming import CHOOSING_KEYS, CONFIG_DIR, as_group_choices, compose_config
 from cramming.cli.arguments import job_overrides, parse_arguments
-from cramming.cli.groups import replaced_choices
+from cramming.cli.groups import config_groups, replaced_choices
 from cramming.cli.overrides import check_overrides
 from cramming.errors import exit_on_user_error
 
@@ -36,13 +36,18 @@ def quote_path_overrides(argv: list[str] | None = None, keys: tuple[str, ...] = 
             argv[index] = f"{key}='{value}'" if "'" not in value else f'{key}="{value}"'
 
 
-def check_arguments(argv: list[str], config_name: str, schema: type, directories: tuple[str, ...]) -> None:
+def check_arguments(argv: list[str], config_name: str, schema: type, directories: tuple[str, ...],
+                    check_job=None) -> None:
     """Every job the command line asks for, checked before the first one starts (a sweep's bad value
-    fails at once, not after hours of the jobs before it)."""
+    fails at once, not after hours of the jobs before it): its overrides, and in a sweep (-m) the job's
+    whole config by `check_job(cfg, overrides, config_name)`, which the command runs itself on a single job."""
     arguments = parse_arguments(argv, config_name)
-    if arguments.composes:
-        for overrides in job_overrides(arguments):
-            check_overrides(arguments.config_name, overrides, schema, directories)
+    if not arguments.composes:
+        return
+    for overrides in job_overrides(arguments):
+        check_overrides(arguments.config_name, overrides, schema, directories)
+        if check_job is not None and arguments.multirun:
+            check_job(compose_config(arguments.config_name, overrides), overrides, arguments.config_name)
 
 
 def sweep_job_dir() -> str | None:
@@ -52,9 +57,10 @@ def sweep_job_dir() -> str | None:
 
 
 def hydra_command(config_name: str, schema: type, directories: tuple[str, ...] = (),
-                  path_keys: tuple[str, ...] = PATH_KEYS):
+                  path_keys: tuple[str, ...] = PATH_KEYS, check_job=None):
     """Make `task(cfg)` a command: `main()` reads sys.argv like Hydra, after the checks above (the
-    `directories` keys must name directories the command can create or write into)."""
+    `directories` keys must name directories the command can create or write into; `check_job` checks each
+    job of a sweep whole)."""
 
     def decorate(task):
         @functools.wraps(task)
@@ -70,7 +76,9 @@ def hydra_command(config_name: str, schema: type, directories: tuple[str, ...] =
         @functools.wraps(task)
         def main() -> None:
             quote_path_overrides(keys=path_keys)
-            exit_on_user_error(check_arguments)(sys.argv[1:], config_name, schema, directories)
+            if CHOOSING_KEYS and set(CHOOSING_KEYS.values()) & set(config_groups(config_name)):
+                sys.argv[1:] = as_group_choices(sys.argv[1:])  # train.optim.name=lion: the group choice optim=lion
+            exit_on_user_error(check_arguments)(sys.argv[1:], config_name, schema, directories, check_job)
             run()
 
         return main

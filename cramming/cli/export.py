@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from cramming.cli import hydra_command
-from cramming.errors import CrammingError
+from cramming.errors import CrammingError, problems_of, raise_problems, require
 from cramming.runs import resolve_checkpoint
 
 
@@ -37,16 +37,47 @@ class ExportConfig:
     quantize_eval_task: Optional[str] = None  # a GLUE task: score the classifier before and after quantizing
     glue_dir: Optional[str] = None  # for quantize_eval_task: the classic GLUE TSV layout; null: the hub
 
+    def check(self) -> None:
+        """Every setting and what it will need (the GLUE task's files, a Hub login), before any export work."""
+        raise_problems(problems_of(self._check_values, self._check_glue, self._check_hub_login))
+
+    def _check_values(self) -> None:
+        from cramming.model.quantize import QUANTIZATIONS
+
+        require([
+            (self.quantize is None or self.quantize in QUANTIZATIONS,
+             f"quantize={self.quantize!r} must be one of {', '.join(QUANTIZATIONS)} (or null: none)"),
+            (self.quantize is not None or (self.quantize_eval_task is None and self.glue_dir is None),
+             "quantize_eval_task and glue_dir score a quantized copy: add quantize=int8"),
+            (self.quantize is None or not self.push_to_hub,
+             "push_to_hub with quantize: upload the folder afterwards (hf upload <repo> <out>)"),
+        ])
+
+    def _check_glue(self) -> None:
+        if self.quantize_eval_task is not None:
+            from cramming.eval.config import GlueConfig
+            from cramming.preflight import check_glue_data
+
+            check_glue_data(GlueConfig(tasks=[self.quantize_eval_task], data_dir=self.glue_dir), "glue_dir")
+
+    def _check_hub_login(self) -> None:
+        if self.push_to_hub:
+            from huggingface_hub import get_token
+
+            if not get_token():
+                raise CrammingError(f"push_to_hub={self.push_to_hub}: no Hugging Face token (HF_TOKEN, or "
+                                    "`hf auth login`): log in first; the export itself needs none")
+
 
 ConfigStore.instance().store(name="export_schema", node=ExportConfig)
 
 
 @hydra_command("export", ExportConfig, directories=("out",))
 def main(cfg: ExportConfig) -> None:
+    cfg = OmegaConf.to_object(cfg)
+    cfg.check()
     if cfg.quantize is not None:
         return _quantize(cfg)
-    if cfg.quantize_eval_task is not None or cfg.glue_dir is not None:
-        raise CrammingError("quantize_eval_task and glue_dir score a quantized copy: add quantize=int8")
     checkpoint = resolve_checkpoint(cfg.ckpt, cfg.runs_dir, key="ckpt")
     # after the checkpoint is found: transformers takes seconds to import, and a missing ckpt is one line without it
     from cramming.model.export import export_to_transformers
@@ -65,12 +96,8 @@ def _quantize(cfg: ExportConfig) -> None:
     folder; its size against the fp32 export's, and with quantize_eval_task the GLUE dev scores of both."""
     from cramming.model.export import export_to_transformers
     from cramming.eval.finetune import glue_dev_scores
-    from cramming.model.quantize import QUANTIZATIONS, auto_class, is_transformers_export, write_quantized
+    from cramming.model.quantize import auto_class, is_transformers_export, write_quantized
 
-    if cfg.quantize not in QUANTIZATIONS:
-        raise CrammingError(f"quantize={cfg.quantize!r} must be one of {', '.join(QUANTIZATIONS)} (or null: none)")
-    if cfg.push_to_hub:
-        raise CrammingError("push_to_hub with quantize: upload the folder afterwards (hf upload <repo> <out>)")
     with tempfile.TemporaryDirectory() as temporary:
         source = given = Path(cfg.ckpt).expanduser()
         if not is_transformers_export(source):

@@ -27,19 +27,16 @@ def check_pretraining(arguments: list[str], processes: int, world_size: int | No
     from cramming import compose_config
     from cramming.cli import check_arguments
     from cramming.cli.arguments import job_overrides, parse_arguments
-    from cramming.cli.pretrain import DIRECTORIES
-    from cramming.cli.resume import resumed_config
-    from cramming.train.config import PretrainConfig, check_pretrain_config
-    from cramming.train.optimizers import resolve_optim
+    from cramming.cli.pretrain import DIRECTORIES, checked_job
+    from cramming.train.config import PretrainConfig
     from cramming.train.settings import resolve_settings
 
     check_arguments(arguments, "pretrain", PretrainConfig, DIRECTORIES)
     parsed = parse_arguments(arguments, "pretrain")
     for overrides in job_overrides(parsed) if parsed.composes else []:
-        cfg = compose_config(parsed.config_name, overrides)
-        cfg = resumed_config(cfg, overrides, parsed.config_name, world_size) if cfg.resume else cfg
-        resolve_optim(cfg)
-        check_pretrain_config(cfg)
+        cfg = checked_job(compose_config(parsed.config_name, overrides), overrides, parsed.config_name, world_size)
+        if cfg.preflight:
+            raise CrammingError("preflight=true checks a run in one process: python pretrain.py ... preflight=true")
         if resolve_settings(cfg, 0).device.type == "cuda" and torch.cuda.device_count() < processes:
             raise CrammingError(f"--nproc_per_node={processes}: each process trains on a GPU of its own and this "
                                 f"machine has {torch.cuda.device_count()}")

@@ -26,8 +26,6 @@ def flat_keys(tree: Any, prefix: str = "") -> list[str]:
     return [key for name, value in tree.items() for key in flat_keys(value, f"{prefix}.{name}" if prefix else name)]
 
 
-# A folder of configs/ that is no command's group: the key that chooses one of its files.
-CHOSEN_BY_KEY = {"optim": "train.optim.name"}
 # Names other frameworks give our keys, which spelling similarity alone would not find.
 SYNONYMS = {"learning_rate": "lr", "epsilon": "eps", "wd": "weight_decay", "optimizer": "name", "beta": "betas"}
 
@@ -85,9 +83,6 @@ def _not_a_group(override: str, group: str, choice: str, config_name: str, group
                  reads_checkpoint: bool) -> str:
     has = f"its groups: {', '.join(groups)}" if groups else "it has none"
     line = f"{override}: {script(config_name)} has no config group {group} ({has})"
-    if group in CHOSEN_BY_KEY:
-        where = "" if CHOSEN_BY_KEY[group].split(".")[0] in groups else " of pretrain.py"
-        return f"{line}; choose it with the key {CHOSEN_BY_KEY[group]}={choice}{where}"
     if reads_checkpoint and group in config_groups("pretrain"):
         line += "; here the model is the checkpoint's (ckpt=)"
     others = [script(command) for command in commands_with(group)]

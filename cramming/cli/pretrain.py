@@ -4,10 +4,12 @@
     python pretrain.py --config-name quickstart                   # offline quick start on a CPU
     python scripts/launch.py --nproc_per_node=4 pretrain.py budget=24 gpu=a100   # torchrun, checked first
     python pretrain.py resume=latest                              # continue the newest run with its own config
+    python pretrain.py budget=24 gpu=2080ti preflight=true        # check it all and print the plan; train nothing
     python pretrain.py -m train.optim.lr=5e-4,1e-3                # a Hydra sweep: one numbered job per value
 """
 
 import os
+import sys
 
 from hydra.core.hydra_config import HydraConfig
 
@@ -18,19 +20,34 @@ from cramming.train.config import PretrainConfig  # registers the config schemas
 DIRECTORIES = ("output_dir", "cache_dir")  # what the run writes in
 
 
-@hydra_command("pretrain", PretrainConfig, directories=DIRECTORIES)
-def main(cfg: PretrainConfig) -> None:
+def checked_job(cfg, overrides: list[str], config_name: str, world_size: int | None = None):
+    """One job's config as it will train (a resume's: the run's own) after the whole-run check
+    (cramming.preflight), which lists every problem in one line; preflight=true leaves the listing to the
+    preflight."""
     from cramming.cli.resume import resumed_config
+    from cramming.preflight import check_run
+
+    if cfg.resume:  # the run's own config, before anything else
+        cfg = resumed_config(cfg, overrides, config_name, world_size)
+    if not cfg.preflight:
+        check_run(cfg)
+    return cfg
+
+
+@hydra_command("pretrain", PretrainConfig, directories=DIRECTORIES, check_job=checked_job)
+def main(cfg: PretrainConfig) -> None:
+    from cramming.preflight import preflight
     from cramming.threads import set_cpu_threads
     from cramming.train.settings import device_type
     from cramming.train.trainer import pretrain
 
-    if cfg.resume:  # the run's own config, before anything else
-        hydra = HydraConfig.get()
-        world_size = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's
-        cfg = resumed_config(cfg, list(hydra.overrides.task), hydra.job.config_name, world_size)
+    hydra = HydraConfig.get()
+    cfg = checked_job(cfg, list(hydra.overrides.task), hydra.job.config_name,
+                      int(os.environ.get("WORLD_SIZE", "1")))  # torchrun's
     if device_type(cfg) == "cpu":
         set_cpu_threads()
+    if cfg.preflight:
+        sys.exit(preflight(cfg))
     if job_dir := sweep_job_dir():  # a multirun job's run lives in the job's numbered directory
         cfg.output_dir = job_dir
     pretrain(cfg)

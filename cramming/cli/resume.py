@@ -9,13 +9,13 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from cramming import CHOOSING_KEYS
 from cramming.cli.overrides import key_of
 from cramming.errors import CrammingError
 from cramming.runs import (CONFIG_FILE, FINAL, check_run_name, differences, resolve_checkpoint, run_config,
                            run_of)
 from cramming.train.checkpoint import load_state
 from cramming.train.config import PretrainConfig
-from cramming.train.optimizers import resolve_optim
 
 log = logging.getLogger("pretrain")
 
@@ -46,7 +46,9 @@ def resumed_config(cfg: DictConfig, overrides: list[str], config_name: str, worl
     changes that MAY_CHANGE allows; resume names the checkpoint found. A checkpoint outside a run directory
     has no config to go on with: the command line's config is used, and the checkpoint must match it.
     world_size: the processes that will train (None: unknown here), which must be the checkpoint's."""
-    given = {key_of(override): override for override in overrides if key_of(override) != "resume"}
+    chosen_by = {group: key for key, group in CHOOSING_KEYS.items()}  # optim=lion sets train.optim.name
+    given = {chosen_by.get(key_of(override), key_of(override)): override for override in overrides
+             if key_of(override) != "resume"}
     if "name" in given:  # the folder a new run directory gets; without it, the run's own folder, as it is
         check_run_name(cfg.name)
     spec = cfg.resume
@@ -66,7 +68,6 @@ def resumed_config(cfg: DictConfig, overrides: list[str], config_name: str, worl
         return cfg
     run = _typed(run_config(run_dir), run_dir / CONFIG_FILE, spec)
     command_line = copy.deepcopy(cfg)
-    resolve_optim(command_line)  # the optimizer's defaults filled in, as the run's config has them
     for key, override in sorted(given.items()):
         if may_change(key):
             continue

@@ -4,6 +4,7 @@ The defaults of GlueConfig's protocol fields are the fixed GLUE protocol of the 
 the report lists every field that differs from them.
 """
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -11,7 +12,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from cramming.errors import CrammingError
+from cramming.errors import CrammingError, problems_of, raise_problems, require
 
 HF_PREFIX = "hf:"  # ckpt=hf:<hub id or folder>: a transformers encoder, not one of our checkpoints
 
@@ -74,6 +75,28 @@ class GlueConfig:
     # Up to floor(fraction * rows) malformed rows of a task's file are skipped and reported; more are an error.
     max_malformed_fraction: float = 0.001
     local: LocalTaskConfig = field(default_factory=LocalTaskConfig)
+
+    def check(self) -> None:
+        """Every value, the task names and each task's own settings, before any work: every problem."""
+        from cramming.eval.tasks.registry import requested_tasks
+
+        raise_problems(problems_of(self._check_values, lambda: requested_tasks(self)))
+
+    def _check_values(self) -> None:
+        require([
+            (bool(self.seeds), "eval.seeds is empty; give at least one seed"),
+            (len(self.betas) == 2 and all(0 <= beta < 1 for beta in self.betas),
+             f"eval.betas={list(self.betas)} must be two numbers in [0, 1)"),
+            (math.isfinite(self.lr) and self.lr > 0, f"eval.lr={self.lr} must be positive and finite"),
+            (self.eps > 0 and self.weight_decay >= 0,
+             f"eval.eps={self.eps} must be positive and eval.weight_decay={self.weight_decay} not negative"),
+            (0 <= self.dropout < 1, f"eval.dropout={self.dropout} must be in [0, 1)"),
+            *[(getattr(self, key) >= 1, f"eval.{key} must be at least 1, got {getattr(self, key)}")
+              for key in ("batch_size", "eval_batch_size", "epochs", "max_length")],
+            (self.max_train_examples is None or self.max_train_examples >= 1,
+             f"eval.max_train_examples must be null or at least 1, got {self.max_train_examples}"),
+            (0 <= self.warmup_fraction <= 1, f"eval.warmup_fraction must be in [0, 1], got {self.warmup_fraction}"),
+        ])
 
 
 PROTOCOL_FIELDS = (

@@ -3,7 +3,6 @@
 import dataclasses
 import json
 import logging
-import math
 import statistics
 import time
 from pathlib import Path
@@ -40,7 +39,8 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path,
     """
     started = time.perf_counter()
     cfg = as_glue_config(eval_cfg)
-    tasks = _check(cfg)
+    cfg.check()
+    tasks = requested_tasks(cfg)
     lora = lora_settings(cfg)
     device = resolve_device(cfg.device, "eval.device")
     precision = Precision.resolve(cfg.precision, device, "eval.precision")
@@ -53,7 +53,7 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path,
     if lora is not None:
         log.info("parameter-efficient protocol: %s (%s); not comparable with full fine-tuning",
                  lora.describe(), ", ".join(peft["adapted_layers"]))
-    data, task_results = _load_data(tasks, cfg)
+    data, task_results = load_task_data(tasks, cfg)
     on_start()
 
     for name, task_data in data.items():
@@ -111,29 +111,6 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path,
     return results
 
 
-def _check(cfg: GlueConfig) -> list[Task]:
-    """The requested tasks; settings that would fail late or mean nothing are errors now."""
-    if not cfg.seeds:
-        raise CrammingError("eval.seeds is empty; give at least one seed")
-    if len(cfg.betas) != 2 or not all(0 <= beta < 1 for beta in cfg.betas):
-        raise CrammingError(f"eval.betas={list(cfg.betas)} must be two numbers in [0, 1)")
-    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
-        raise CrammingError(f"eval.lr={cfg.lr} must be positive and finite")
-    if not cfg.eps > 0 or cfg.weight_decay < 0:
-        raise CrammingError(f"eval.eps={cfg.eps} must be positive and eval.weight_decay={cfg.weight_decay} not negative")
-    if not 0 <= cfg.dropout < 1:
-        raise CrammingError(f"eval.dropout={cfg.dropout} must be in [0, 1)")
-    for key in ("batch_size", "eval_batch_size", "epochs", "max_length"):
-        if getattr(cfg, key) < 1:
-            raise CrammingError(f"eval.{key} must be at least 1, got {getattr(cfg, key)}")
-    cap = cfg.max_train_examples
-    if cap is not None and cap < 1:
-        raise CrammingError(f"eval.max_train_examples must be null or at least 1, got {cap}")
-    if not 0 <= cfg.warmup_fraction <= 1:
-        raise CrammingError(f"eval.warmup_fraction must be in [0, 1], got {cfg.warmup_fraction}")
-    return requested_tasks(cfg)
-
-
 def _spread(values: list[float]) -> dict[str, float]:
     deviation = statistics.stdev(values) if len(values) > 1 else 0.0
     return {"min": min(values), "max": max(values), "stdev": deviation}
@@ -154,7 +131,7 @@ def _read_baseline(path: str | None) -> dict | None:
         raise CrammingError(f"eval.baseline={path}: not a glue_results.json written by eval_glue") from None
 
 
-def _load_data(tasks: list[Task], cfg: GlueConfig) -> tuple[dict[str, TaskData], dict[str, dict]]:
+def load_task_data(tasks: list[Task], cfg: GlueConfig) -> tuple[dict[str, TaskData], dict[str, dict]]:
     """Every task's data up front, so a malformed file stops the run before hours of fine-tuning."""
     data, missing, causes = {}, {}, {}
     for task in tasks:

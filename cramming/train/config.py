@@ -12,8 +12,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from cramming.data.config import DataConfig
-from cramming.errors import require
-from cramming.eval.config import GlueConfig
+from cramming.errors import problems_of, raise_problems, require
+from cramming.eval.config import GlueConfig, as_glue_config
 from cramming.hardware import GpuProfile
 from cramming.model.config import ModelConfig, as_model_config
 from cramming.runs import check_run_name
@@ -21,6 +21,7 @@ from cramming.runtime import check_lr_schedule
 from cramming.train.techniques import check_techniques, settings_under
 
 WANDB_MODES = ("disabled", "offline", "online")
+BUDGET_SCALINGS = ("none", "peak")  # cramming.hardware.budget_seconds
 
 
 def with_technique_settings(schema: type, section: str) -> type:
@@ -33,10 +34,10 @@ def with_technique_settings(schema: type, section: str) -> type:
 
 @dataclass
 class OptimConfig:
-    """The optimizer (cramming.train.optimizers). A null hyperparameter takes the optimizer's default from
-    configs/optim/<name>.yaml (adamw's are the crammed recipe's: lr 1e-3, betas (0.9, 0.98), eps 1e-12,
-    weight decay 0.01); one the optimizer does not read must stay null. Techniques add their own keys here (and
-    the optimizers they bring)."""
+    """The optimizer (cramming.train.optimizers), a config group: `optim=<name>` (or `train.optim.name=<name>`)
+    composes configs/optim/<name>.yaml, its name and its defaults (adamw's are the crammed recipe's: lr 1e-3,
+    betas (0.9, 0.98), eps 1e-12, weight decay 0.01). A hyperparameter the optimizer reads must be set, one it
+    does not read must stay null. Techniques add their own keys here (and the optimizers they bring)."""
 
     name: str = "adamw"  # adamw | lamb | lion | sgd-nesterov | adafactor | muon | adamw8bit (CUDA) | sophia | ...
     lr: Optional[float] = None
@@ -48,8 +49,19 @@ class OptimConfig:
     grad_clip: Optional[float] = 0.5  # max global gradient norm; null disables
 
     def check(self) -> None:
-        """After the optimizer's defaults are filled in (cramming.train.optimizers.resolve_optim)."""
-        # betas, eps and momentum are null where the optimizer does not read them
+        """The keys the optimizer reads set and the others null, then each value in its domain."""
+        from cramming.train.optimizers import optimizers
+
+        known = optimizers()
+        require([(self.name in known, f"train.optim.name={self.name!r} is unknown; choose one of {', '.join(known)}")])
+        reads = known[self.name].keys
+        every_key = dict.fromkeys(key for entry in known.values() for key in entry.keys)  # in a stable order
+        require([(key in reads or getattr(self, key) is None,
+                  f"train.optim.{key} is not used by train.optim.name={self.name} (it reads {', '.join(reads)})")
+                 for key in every_key] +
+                [(getattr(self, key) is not None,
+                  f"train.optim.{key} is null and train.optim.name={self.name} reads it (its default: "
+                  f"configs/optim/{self.name}.yaml, which optim={self.name} composes)") for key in reads])
         require([
             (math.isfinite(self.lr) and self.lr > 0, f"train.optim.lr={self.lr} must be positive and finite"),
             (self.betas is None or (len(self.betas) == 2 and all(0 <= beta < 1 for beta in self.betas)),
@@ -66,15 +78,6 @@ class OptimConfig:
 OptimConfig = with_technique_settings(OptimConfig, "train.optim")
 
 
-ZERO_SHOT_DEFAULTS = {"blimp_pairs": 50, "bits_rows": 16}  # train.validation.* left null with zero_shot=true
-
-
-def zero_shot_size(validation, key: str) -> int:
-    """train.validation.blimp_pairs or bits_rows (a ValidationConfig or its DictConfig) as set, else the default."""
-    value = getattr(validation, key)
-    return ZERO_SHOT_DEFAULTS[key] if value is None else value
-
-
 @dataclass
 class ValidationConfig:
     """The validation curve on the dataset's held-out rows (data.validation_rows; 0 turns it off)."""
@@ -86,22 +89,19 @@ class ValidationConfig:
     early_stop_loss: Optional[float] = None
     # Zero-shot quality at each validation, off the budget clock (cramming.eval.probe, docs/zero_shot.md): BLiMP on
     # the first blimp_pairs pairs of each paradigm of the packaged subset (1-100) and the bits per character of
-    # the first bits_rows held-out rows. Off by default: on two CPU cores it costs about 11 s a validation with
-    # the tiny model, more than the quick start's whole validation (docs/zero_shot.md).
-    zero_shot: bool = False
-    blimp_pairs: Optional[int] = None  # null: ZERO_SHOT_DEFAULTS; set only with zero_shot=true
-    bits_rows: Optional[int] = None
+    # the first bits_rows held-out rows. Its time is fixed by these sizes: about 11 s a validation for the tiny
+    # model on two CPU cores at 50 pairs (the quick start takes 10: 2.5 s), seconds for crammed-bert on a GPU.
+    zero_shot: bool = True
+    blimp_pairs: int = 50
+    bits_rows: int = 16
 
     def check(self) -> None:
         fraction, loss, fractions = self.early_stop_fraction, self.early_stop_loss, list(self.fractions)
         require([
-            (self.zero_shot or (self.blimp_pairs is None and self.bits_rows is None),
-             "train.validation.blimp_pairs and train.validation.bits_rows size the zero-shot probe: add "
-             "train.validation.zero_shot=true"),
-            (self.blimp_pairs is None or 1 <= self.blimp_pairs <= 100,
+            (1 <= self.blimp_pairs <= 100,
              f"train.validation.blimp_pairs={self.blimp_pairs} must be in [1, 100] (the packaged subset's pairs per "
              "paradigm)"),
-            (self.bits_rows is None or self.bits_rows >= 1,
+            (self.bits_rows >= 1,
              f"train.validation.bits_rows={self.bits_rows} must be at least 1"),
             (all(0 < f < 1 for f in fractions),
              f"train.validation.fractions={fractions} must each be in (0, 1) (the end is always validated)"),
@@ -246,6 +246,9 @@ class PretrainConfig:
     budget: float = 24.0  # GPU-hours; under torchrun the wall-clock budget is budget / world size
     budget_scaling: str = "none"  # none | peak: run for the time that matches the profile's peak FLOPs x budget
     resume: Optional[str] = None  # a checkpoint dir, a run dir, or "latest"
+    # true: check the run, read the data source's first records, try one microbatch and print the plan, then
+    # exit (0: it would start cleanly; 2: every problem listed); nothing is prepared, trained or written
+    preflight: bool = False
     output_dir: str = "outputs"
     cache_dir: str = "${oc.env:CRAMMING_CACHE,'~/.cache/cramming'}"
     arch: ModelConfig = MISSING
@@ -259,17 +262,25 @@ class PretrainConfig:
     eval: Optional[GlueConfig] = None  # eval=glue: fine-tune and score on GLUE after pretraining (outside the budget)
 
     def check(self) -> None:
-        """What spans parts, each part's own values, then the techniques': one line naming the first problem."""
-        arch = as_model_config(self.arch)
-        self.data.check()
-        train, masked = self.train, round(self.train.mlm_rate * self.data.seq_length)
+        """Each part's own values, what spans parts and the end-of-run GLUE's, then (on values that hold) the
+        techniques': every problem."""
+        problems = problems_of(
+            self.data.check, self._check_top_level, self.train.check, self.impl.check, self._check_across_parts,
+            self.checkpoint.check, self.logging.check, self.wandb.check,
+            *([self._eval_config().check] if self.eval is not None else []))
+        raise_problems(problems or problems_of(lambda: check_techniques(self)))
+
+    def _check_top_level(self) -> None:
         if not self.resume:  # a resume goes on in its run's own folder, whatever its name (see cli.resume)
             check_run_name(self.name)
         require([(math.isfinite(self.budget) and self.budget > 0,
-                  f"budget={self.budget} must be a positive number (GPU-hours)")])
-        train.check()
-        self.impl.check()
-        rule = train.validation
+                  f"budget={self.budget} must be a positive number (GPU-hours)"),
+                 (self.budget_scaling in BUDGET_SCALINGS,
+                  f"budget_scaling={self.budget_scaling!r} must be none or peak")])
+
+    def _check_across_parts(self) -> None:
+        arch, train = as_model_config(self.arch), self.train
+        masked = round(train.mlm_rate * self.data.seq_length)
         require([
             (not self.impl.deterministic or train.progress == "steps",
              "impl.deterministic=true needs train.progress=steps (e.g. train=steps): a budget-driven schedule follows "
@@ -280,13 +291,12 @@ class PretrainConfig:
             (self.data.seq_length <= arch.max_position_embeddings,
              f"data.seq_length={self.data.seq_length} exceeds arch.max_position_embeddings="
              f"{arch.max_position_embeddings}"),
-            (rule.early_stop_fraction is None or self.data.validation_rows > 0,
+            (train.validation.early_stop_fraction is None or self.data.validation_rows > 0,
              "train.validation.early_stop_* needs a validation slice: data.validation_rows is 0"),
         ])
-        self.checkpoint.check()
-        self.logging.check()
-        check_techniques(self)
-        self.wandb.check()
+
+    def _eval_config(self) -> GlueConfig:
+        return as_glue_config(self.eval)
 
 
 def check_pretrain_config(cfg) -> None:

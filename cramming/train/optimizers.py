@@ -1,8 +1,8 @@
-"""The pretraining optimizer: `train.optim.name` picks one, `configs/optim/<name>.yaml` holds its defaults.
+"""The pretraining optimizer: the config group `optim` (`optim=lion`, or `train.optim.name=lion`) composes
+`configs/optim/<name>.yaml`, its name and its defaults, into `train.optim`.
 
-Every `train.optim` hyperparameter left null takes the chosen optimizer's default; one it does not use is
-an error rather than silently ignored. Weight decay falls on matrices only for all of them
-(cramming.runtime.parameter_groups). Implementations come from torch.optim where it has them and from
+A hyperparameter the optimizer does not use is an error rather than silently ignored (OptimConfig.check).
+Weight decay falls on matrices only for all of them (cramming.runtime.parameter_groups). Implementations come from torch.optim where it has them and from
 pytorch-optimizer (LAMB, Lion, Muon with its AdamW groups) otherwise, and torchao's AdamW8bit (CUDA only);
 a technique may bring more (its `optimizers`: Sophia's). docs/ablations.md says what each does.
 """
@@ -11,10 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-from omegaconf import OmegaConf
 from torch import nn
 
-from cramming import CONFIG_DIR
 from cramming.errors import CrammingError
 from cramming.model.crammed_bert import encoder_matrices
 from cramming.runtime import build_optimizer, parameter_groups
@@ -27,6 +25,7 @@ class Optimizer:
     cuda_only: str | None = None  # what needs CUDA, for the error elsewhere (None: runs anywhere)
     speed_notice: str | None = None  # on a GPU: where it is measured slower than the default
     uses_torchao_kernels: bool = False  # on a GPU, its speed depends on torchao's compiled kernels
+    state_bytes_per_parameter: float = 8  # at most, in a checkpoint (AdamW: two fp32 moments); for disk estimates
 
     def check_on_device(self, name: str, device: torch.device) -> None:
         if self.cuda_only and device.type != "cuda":
@@ -92,13 +91,13 @@ def _adamw8bit(model, optim):
 BUILT_IN = {
     "adamw": Optimizer(("lr", "betas", "eps", "weight_decay"), _adamw),
     "lamb": Optimizer(("lr", "betas", "eps", "weight_decay"), _lamb),
-    "lion": Optimizer(("lr", "betas", "weight_decay"), _lion),
-    "sgd-nesterov": Optimizer(("lr", "momentum", "weight_decay"), _sgd_nesterov),
+    "lion": Optimizer(("lr", "betas", "weight_decay"), _lion, state_bytes_per_parameter=4),
+    "sgd-nesterov": Optimizer(("lr", "momentum", "weight_decay"), _sgd_nesterov, state_bytes_per_parameter=4),
     "adafactor": Optimizer(("lr", "weight_decay"), _adafactor),
     "muon": Optimizer(("lr", "momentum", "betas", "eps", "weight_decay"), _muon),
     "adamw8bit": Optimizer(
         ("lr", "betas", "eps", "weight_decay"), _adamw8bit, cuda_only="torchao's 8-bit AdamW states",
-        uses_torchao_kernels=True,
+        uses_torchao_kernels=True, state_bytes_per_parameter=2,
         speed_notice="train.optim.name=adamw8bit saves optimizer memory, not time: torchao compiles its update "
                      "once per parameter shape at the first step, inside the budget (on an H100 40 steps of "
                      "crammed-bert did not finish in 120 s; docs/ablations.md)"),
@@ -112,27 +111,6 @@ def optimizers() -> dict[str, Optimizer]:
     return {**BUILT_IN, **{name: entry for technique in TECHNIQUES for name, entry in technique.optimizers.items()}}
 
 
-def optimizer_defaults(name: str) -> dict:
-    if name not in optimizers():
-        raise CrammingError(f"train.optim.name={name!r} is unknown; choose one of {', '.join(optimizers())}")
-    return OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "optim" / f"{name}.yaml"))
-
-
-def resolve_optim(cfg) -> None:
-    """Fill the null hyperparameters of cfg.train.optim with the chosen optimizer's defaults, in place (so the
-    run's config.yaml records the values used); a set one the optimizer does not read is an error."""
-    optim, known = cfg.train.optim, optimizers()
-    spec, defaults = known.get(optim.name), optimizer_defaults(optim.name)
-    every_key = dict.fromkeys(key for entry in known.values() for key in entry.keys)  # in a stable order
-    unused = [key for key in every_key if key not in spec.keys and optim[key] is not None]
-    if unused:
-        raise CrammingError(f"train.optim.{unused[0]} is not used by train.optim.name={optim.name} "
-                            f"(it reads {', '.join(spec.keys)})")
-    for key in spec.keys:
-        if optim[key] is None:
-            optim[key] = defaults[key]
-
-
 def build_pretraining_optimizer(model: nn.Module, optim) -> torch.optim.Optimizer:
-    """The optimizer train.optim (resolved) describes, over the model's parameters."""
+    """The optimizer train.optim (checked) describes, over the model's parameters."""
     return optimizers()[optim.name].build(model, optim)

@@ -85,6 +85,11 @@ def search_microbatch(step: Callable[[int], int], start: int, limit: int, usable
             peak = step(n)
         except torch.OutOfMemoryError:
             peak = None
+        except Exception as error:  # anything else a step can meet (a kernel, cuDNN) stops the run here, named
+            raise CrammingError(f"microbatch search: the trial step of microbatch {n} failed ({type(error).__name__}: "
+                                f"{str(error).splitlines()[0] if str(error) else 'no message'}); set "
+                                "impl.microbatch_size to skip the search, or see what fails with "
+                                "python pretrain.py ... preflight=true") from None
         if peak is None and torch.cuda.is_available():  # outside the handler: its traceback held the tensors
             torch.cuda.empty_cache()
         ok = peak is not None and peak <= usable_bytes

@@ -32,13 +32,13 @@ from cramming.runtime import deterministic_algorithms, prepare_device
 from cramming.train.callbacks import Callback, CallbackList, Progress, TrainState
 from cramming.train.checkpoint import (Checkpointer, Heartbeat, NonFiniteWeightsError, charge_lost_time,
                                        check_resumed_model, load_state, restore, resume_fingerprint)
-from cramming.train.config import check_pretrain_config, zero_shot_size
+from cramming.train.config import check_pretrain_config
 from cramming.train.distributed import Distributed, NodeHandoff
 from cramming.train.loop import Schedule, count_microbatch, counted_finite, run_loop
 from cramming.train.metrics import (MetricsLog, MetricsLogger, ProgressBar, WandbLogger, format_duration,
                                     use_bar)
 from cramming.train.nonfinite import NonFiniteLossError, NonFiniteSteps, resume_advice
-from cramming.train.optimizers import build_pretraining_optimizer, resolve_optim
+from cramming.train.optimizers import build_pretraining_optimizer
 from cramming.train.plots import PlotRefresh, plot_run
 from cramming.train.settings import Settings, choose_microbatch, device_profile, resolve_settings
 from cramming.train.stopping import (BudgetClock, Interrupted, LocalAgreement, StoppingRule,
@@ -62,7 +62,6 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
     GLUE (eval=glue) runs on rank 0 after it is gone, so no rank waits in a collective on either
     (cramming.train.distributed).
     """
-    resolve_optim(cfg)
     check_pretrain_config(cfg)
     torch.compiler.reset()  # compile afresh: earlier runs in this process may have spent dynamo's recompile limit
     dist = Distributed.from_env()
@@ -247,7 +246,7 @@ def _validation(cfg, dataset: PreparedDataset, tokenizer, settings: Settings, di
     if rule.zero_shot:
         from cramming.eval.probe import ZeroShotProbe
 
-        probe = ZeroShotProbe(dataset, tokenizer, zero_shot_size(rule, "blimp_pairs"), zero_shot_size(rule, "bits_rows"))
+        probe = ZeroShotProbe(dataset, tokenizer, rule.blimp_pairs, rule.bits_rows)
         log.info("zero-shot at each validation: %s (train.validation.zero_shot=false turns it off)", probe.describe())
     return [Validation(dataset, cfg.train.mlm_rate, settings.precision, dist, agreement, list(rule.fractions), early,
                        probe)]

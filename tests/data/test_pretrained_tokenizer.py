@@ -16,6 +16,7 @@ from cramming.data.sources import embedded_documents
 from cramming.data.tokenizer import SPECIAL_TOKENS
 from cramming.errors import CrammingError
 from tests.conftest import REPO_ROOT
+from tests.train.runs import NO_PROBE
 
 
 def bert_style_folder(directory: Path, mask_token: str = "[MASK]") -> Path:
@@ -50,7 +51,7 @@ def test_pretraining_with_a_pretrained_tokenizer_from_the_command_line(tmp_path)
     folder = bert_style_folder(tmp_path / "bert-style")
     run = subprocess.run(
         [sys.executable, str(REPO_ROOT / "pretrain.py"), "data=embedded", "data.tokenizer.kind=pretrained",
-         f"data.tokenizer.name={folder}", "arch=crammed-bert-tiny", "gpu=cpu", "name=t", "train=steps",
+         f"data.tokenizer.name={folder}", "arch=crammed-bert-tiny", "gpu=cpu", "name=t", NO_PROBE, "train=steps",
          "train.max_steps=2", "train.batch_size=32", "impl.microbatch_size=16", "budget=1",
          f"output_dir={tmp_path / 'out'}", f"cache_dir={tmp_path / 'cache'}"],
         capture_output=True, text=True, timeout=600)

@@ -10,6 +10,7 @@ import torch
 from tests.conftest import REPO_ROOT
 
 from .conftest import GLUE_DIR
+from tests.train.runs import NO_PROBE
 
 
 @pytest.mark.slow
@@ -17,7 +18,7 @@ def test_pretraining_run_ends_with_a_glue_report(shared_cache, tmp_path, simulat
     if not GLUE_DIR.exists():
         pytest.skip(f"GLUE data not found at {GLUE_DIR}")
     run = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "pretrain.py"), "--config-name", "quickstart", "budget=0.001",
+        [sys.executable, str(REPO_ROOT / "pretrain.py"), "--config-name", "quickstart", NO_PROBE, "budget=0.001",
          f"output_dir={tmp_path}", "eval=glue", "eval.tasks=[rte]", f"eval.data_dir={GLUE_DIR}",
          "eval.max_train_examples=32", "eval.epochs=1", "wandb=offline"],
         capture_output=True, text=True, timeout=600,

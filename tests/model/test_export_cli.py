@@ -60,9 +60,25 @@ def test_a_config_json_asking_for_an_absurd_model_is_one_line_before_any_allocat
     assert not (tmp_path / "hf").exists()
 
 
-def test_push_to_hub_without_network_fails_in_one_line_after_a_complete_export(tmp_path, tokenizer):
-    """Tests run offline (HF_HUB_OFFLINE=1), as a user without network: the export is written and checked,
-    then the upload fails in one line that says how to upload it later."""
+def test_push_to_hub_without_a_login_is_one_line_before_any_export(tmp_path, tokenizer, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # where `hf auth login` would keep the token
+    save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), VOCAB_SIZE), tmp_path / "ckpt", tokenizer)
+    run = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "export.py"), f"ckpt={tmp_path / 'ckpt'}",
+         f"out={tmp_path / 'hf'}", "push_to_hub=someone/my-cram"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr + run.stdout
+    assert run.stderr.strip() == ("error: push_to_hub=someone/my-cram: no Hugging Face token (HF_TOKEN, or "
+                                  "`hf auth login`): log in first; the export itself needs none")
+    assert not (tmp_path / "hf").exists()
+
+
+def test_push_to_hub_without_network_fails_in_one_line_after_a_complete_export(tmp_path, tokenizer, monkeypatch):
+    """Tests run offline (HF_HUB_OFFLINE=1), as a logged-in user without network: the export is written and
+    checked, then the upload fails in one line that says how to upload it later."""
+    monkeypatch.setenv("HF_TOKEN", "hf_a_token_for_the_test")
     save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), VOCAB_SIZE), tmp_path / "ckpt", tokenizer)
     run = subprocess.run(
         [sys.executable, str(REPO_ROOT / "scripts" / "export.py"), f"ckpt={tmp_path / 'ckpt'}",
@@ -83,6 +99,7 @@ def test_push_to_hub_uploads_the_checked_folder(tmp_path, tokenizer, monkeypatch
     from cramming.cli import export
 
     calls = []
+    monkeypatch.setenv("HF_TOKEN", "hf_a_token_for_the_test")
 
     class Commit:
         commit_url = "https://huggingface.co/someone/my-cram/commit/abc"

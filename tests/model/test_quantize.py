@@ -67,12 +67,20 @@ def test_our_checkpoint_is_exported_then_quantized(tmp_path, classifier_export):
 @pytest.mark.parametrize(("args", "words"), [
     (["quantize=int4"], "quantize='int4' must be one of int8 (or null: none)"),
     (["quantize_eval_task=rte"], "quantize_eval_task and glue_dir score a quantized copy: add quantize=int8"),
-    (["quantize=int8", "quantize_eval_task=rte"], "is not a classifier fine-tuned on it"),  # a masked-LM export
+    (["quantize=int8", "quantize_eval_task=rte", "glue_dir={rte}"], "is not a classifier fine-tuned on it"),
+    # found before any export work now, not after the int8 copy is written
+    (["quantize=int8", "quantize_eval_task=rtee", "glue_dir={rte}"], "unknown GLUE task 'rtee'"),
+    (["quantize=int8", "quantize_eval_task=rte", "glue_dir={empty}"], "no data for any requested task"),
+    (["quantize=int8", "quantize_eval_task=rte"],
+     "glue_dir is null, so rte would be downloaded from the hub, and HF_DATASETS_OFFLINE=1 forbids it: give glue_dir="),
 ])
 def test_bad_quantize_settings_are_one_line(tmp_path, tokenizer, args, words):
     save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), VOCAB_SIZE), tmp_path / "mlm", tokenizer)
     export_to_transformers(tmp_path / "mlm", tmp_path / "mlm-hf")
-    code, output = run_command("export", f"ckpt={tmp_path / 'mlm-hf'}", f"out={tmp_path / 'out'}", *args)
+    (tmp_path / "empty").mkdir()
+    folders = {"rte": tiny_rte(tmp_path), "empty": tmp_path / "empty"}
+    code, output = run_command("export", f"ckpt={tmp_path / 'mlm-hf'}", f"out={tmp_path / 'out'}",
+                               *[arg.format(**folders) for arg in args])
     assert code == 2 and "Traceback" not in output
     (line,) = [line for line in output.splitlines() if line.startswith("error:")]
     assert words in line

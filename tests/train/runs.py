@@ -7,11 +7,15 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
+from cramming import as_group_choices
 from cramming.train.callbacks import Callback
 from cramming.train.config import PretrainConfig  # noqa: F401  (registers the schemas)
 from tests.conftest import REPO_ROOT
 
-TINY_RUN = ["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t"]
+# The zero-shot probe (on by default) adds seconds to every validation and changes nothing training computes
+# (tests/train/test_validation.py): the many runs that test something else leave it out.
+NO_PROBE = "train.validation.zero_shot=false"
+TINY_RUN = ["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t", NO_PROBE]
 # A step-driven run: same steps and data order every time, checkpoints after every step.
 STEP_RUN = TINY_RUN + [
     "train=steps",
@@ -25,8 +29,9 @@ STEP_RUN = TINY_RUN + [
 
 
 def compose_config(overrides: list[str]):
+    """pretrain.py's config as its command line composes it (train.optim.name=lion chooses optim=lion)."""
     with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base="1.3"):
-        return compose("pretrain", overrides=overrides)
+        return compose("pretrain", overrides=as_group_choices(overrides))
 
 
 def only_run(output_dir: Path) -> Path:

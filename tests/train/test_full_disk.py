@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import cramming.preflight
+
 from cramming.errors import describe_os_error
 from cramming.files import WriteFailed, write_atomically
 from cramming.model.checkpoint import load_pretrained, save_pretrained
@@ -51,7 +53,7 @@ def hashes(directory: Path) -> dict[str, str]:
 
 
 def test_a_full_disk_stops_at_the_failed_checkpoint_and_the_run_resumes_in_place(shared_cache, small_disk,
-                                                                                  straight_run):
+                                                                                  straight_run, monkeypatch):
     run_dir = small_disk / "out" / "t" / straight_run.name  # as if it had stopped after step 6
     shutil.copytree(straight_run, run_dir, ignore=lambda folder, names: [
         name for name in names if name in ("plots", "summary.json")
@@ -61,7 +63,14 @@ def test_a_full_disk_stops_at_the_failed_checkpoint_and_the_run_resumes_in_place
     checkpoint_bytes = sum(path.stat().st_size for path in previous.iterdir())
     resize(small_disk, shutil.disk_usage(small_disk).used + checkpoint_bytes // 2)  # not another checkpoint
 
-    run = in_subprocess("pretrain", f"resume={run_dir}")
+    refused = in_subprocess("pretrain", f"resume={run_dir}")  # the start sees that its checkpoints cannot fit
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr + refused.stdout
+    assert refused.stderr.startswith("error: disk: the run needs about ") and "checkpoint.keep_last=" in refused.stderr
+    assert not (run_dir / "checkpoints" / "step-00000007").exists() and hashes(previous) == before
+
+    # the disk fills after the start (another writer): the start's check passes, the checkpoint's write fails
+    monkeypatch.setattr(cramming.preflight, "check_disk", lambda needs: None)
+    run = in_process("pretrain", f"resume={run_dir}")
     assert run.returncode == 2 and "Traceback" not in run.stderr + run.stdout
     last = run.stderr.strip().splitlines()[-1]
     failed = run_dir / "checkpoints" / "step-00000007"

@@ -16,13 +16,13 @@ from cramming.model import build_mlm_model
 from cramming.runtime import set_lr
 from cramming.train.checkpoint import finite_optimizer_state
 from cramming.train.techniques.fp8 import convert_to_fp8, fp8_problem
-from cramming.train.optimizers import build_pretraining_optimizer, resolve_optim
+from cramming.train.optimizers import build_pretraining_optimizer
 from cramming.train.trainer import pretrain
 from tests.model.conftest import arch_config, mlm_batch
 from tests.test_bad_inputs import run_command
-from tests.train.runs import STEP_RUN, compose_config, records
+from tests.train.runs import NO_PROBE, STEP_RUN, compose_config, records
 
-TINY = ["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t", "budget=0.001"]
+TINY = ["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t", "budget=0.001", NO_PROBE]
 ENCODER_LINEARS = ["attention.qkv", "attention.dense", "ffn.intermediate", "ffn.output"]
 
 
@@ -83,7 +83,6 @@ def test_adamw8bit_state_survives_a_checkpoint_round_trip():
     through what a checkpoint does (finite check, torch.save, weights-only load, load_state_dict) and the
     restored optimizer continues exactly. (Two small matrices: each new shape is one more CPU compilation.)"""
     cfg = compose_config(TINY + ["train.optim.name=adamw8bit"])
-    resolve_optim(cfg)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128, bias=False), torch.nn.Linear(128, 64))  # 8192 values: 8-bit
     optimizer = build_pretraining_optimizer(model, cfg.train.optim)

@@ -50,6 +50,20 @@ def test_search_gives_up_clearly_when_nothing_fits():
         search_microbatch(oom_above(0, []), start=8, limit=8192, usable_bytes=80 * GIB)
 
 
+def test_a_trial_step_that_fails_otherwise_is_one_line_naming_the_microbatch():
+    """A failure other than out-of-memory (a kernel, cuDNN) stops the search at once, before the data stream."""
+
+    def step(n: int) -> int:
+        if n == 64:
+            raise RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED\nmore lines")
+        return n * 2**20
+
+    with pytest.raises(CrammingError, match=r"^microbatch search: the trial step of microbatch 64 failed "
+                                            r"\(RuntimeError: cuDNN error: CUDNN_STATUS_NOT_SUPPORTED\); set "
+                                            r"impl.microbatch_size"):
+        search_microbatch(step, start=32, limit=8192, usable_bytes=80 * GIB)
+
+
 def test_the_search_result_is_cached_per_key(tmp_path):
     searches = []
 

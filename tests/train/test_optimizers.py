@@ -8,10 +8,11 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
+from cramming import CONFIG_DIR
 from cramming.runtime import LR_SCHEDULES
-from cramming.train.optimizers import optimizer_defaults, optimizers
+from cramming.train.optimizers import optimizers
 from cramming.train.trainer import pretrain
-from tests.train.runs import STEP_RUN, InterruptAt, compose_config, records, summary
+from tests.train.runs import NO_PROBE, STEP_RUN, InterruptAt, compose_config, records, summary
 
 
 # Each optimizer with one schedule, so that every option of both trains once under the budget clock
@@ -28,7 +29,7 @@ def test_every_option_is_paired():
 @pytest.mark.parametrize(("name", "schedule"), PAIRS)
 def test_each_optimizer_and_schedule_trains_under_the_budget_clock(shared_cache, tmp_path, simulated_clock, name,
                                                                    schedule):
-    overrides = ["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t", "budget=0.0006",
+    overrides = ["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t", NO_PROBE, "budget=0.0006",
                  "impl.microbatch_size=16", "train.batch_size=64", f"output_dir={tmp_path}", "logging.every_steps=1",
                  f"train.optim.name={name}", f"train.lr_schedule={schedule}"]
     run_dir = pretrain(compose_config(overrides))
@@ -36,8 +37,8 @@ def test_each_optimizer_and_schedule_trains_under_the_budget_clock(shared_cache,
     assert len(losses) >= 3 and all(math.isfinite(loss) for loss in losses)
     assert summary(run_dir)["stop_reason"] == "budget"
     used = OmegaConf.load(run_dir / "config.yaml").train.optim
-    defaults = optimizer_defaults(name)
-    assert {key: used[key] for key in defaults} == {key: OmegaConf.create(defaults)[key] for key in defaults}
+    defaults = OmegaConf.load(CONFIG_DIR / "optim" / f"{name}.yaml")  # the group's file: its name and defaults
+    assert {key: used[key] for key in defaults} == {key: defaults[key] for key in defaults}
 
 
 def test_an_explicit_hyperparameter_beats_the_optimizers_default(shared_cache, tmp_path):

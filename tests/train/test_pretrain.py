@@ -23,7 +23,7 @@ from cramming.train.callbacks import Callback
 from cramming.train.trainer import pretrain as pretrain_in_process
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT
-from tests.train.runs import STEP_RUN, TINY_RUN, InterruptAt, compose_config, only_run, records, summary
+from tests.train.runs import NO_PROBE, STEP_RUN, TINY_RUN, InterruptAt, compose_config, only_run, records, summary
 
 
 def pretrain(*overrides: str, launcher=(sys.executable,), wait=True):
@@ -125,11 +125,15 @@ def test_quickstart_leaves_summary_plots_and_a_wandb_run_and_two_runs_overlay(sh
         assert fraction_before[point["step"]] < f <= point["budget_fraction"], (f, point)
     assert facts["validation"]["first_loss"] > facts["validation"]["final_loss"]  # the model is learning
     assert 0 < facts["validation"]["final_accuracy"] < 1 and facts["validation"]["seconds"] > 0
+    # the zero-shot probe, on by default at the quick start's size (10 BLiMP pairs a paradigm, 8 rows)
+    assert all(0 <= point["blimp"] <= 100 and point["bits_per_char"] > 0 for point in curve)
+    assert "BLiMP on 10 pairs of each of 67 paradigms" in run.stdout + run.stderr
     assert all(r["grad_norm"] > 0 and 0 <= r["clipped_fraction"] <= 1 for r in lines)  # every logging step
     shares = facts["time_shares"]  # after the first step: inside the step, waiting for data, around it
     assert shares["step"] + shares["data"] + shares["around"] == pytest.approx(1, abs=1e-3)
     assert set(shares) == {"step", "data", "around", "seconds"}  # their values: test_summary.py (no speed here)
-    panels = {"loss": 2, "schedules": 2, "gradients": 2, "throughput": 1, "hardware": 2}  # no MFU panel: no peak
+    panels = {"loss": 2, "schedules": 2, "gradients": 2, "throughput": 1, "hardware": 2,  # no MFU panel: no peak
+              "zero_shot": 2}
     assert {path.stem: png_size(path) for path in (run_dir / "plots").glob("*.png")} == {
         name: (550 * count, 400) for name, count in panels.items()}
     (records_file,) = (run_dir / "wandb").glob("offline-run-*/*.wandb")  # ready for `wandb sync`
@@ -220,17 +224,19 @@ def test_bad_config_is_one_clear_line(shared_cache, tmp_path, overrides, message
     assert run.returncode != 0 and message in run.stderr and "Traceback" not in run.stderr
 
 
-def test_wandb_online_without_an_account_is_one_line(shared_cache, tmp_path):
+def test_wandb_online_without_an_account_is_one_line_before_the_data(cache_dir, tmp_path):
     env = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_")}
     env["HOME"] = str(tmp_path)  # no ~/.netrc, so no stored W&B key
+    env["MPLCONFIGDIR"] = str(tmp_path / "matplotlib")  # a new HOME: no font cache to build and talk about
     run = subprocess.run(
         [sys.executable, str(REPO_ROOT / "pretrain.py"), *TINY_RUN, "budget=0.0002", f"output_dir={tmp_path}",
          "wandb=online"],
         capture_output=True, text=True, timeout=300, env=env,
     )
     assert run.returncode == 2 and "Traceback" not in run.stderr
-    assert "error: wandb=online: W&B did not start" in run.stderr
-    assert not list((tmp_path / "t").iterdir())  # a failed start leaves no run folder holding only its config
+    assert run.stderr.startswith("error: wandb=online: no W&B API key (no WANDB_API_KEY, no api.wandb.ai entry in "
+                                 "~/.netrc): run `wandb login` first")
+    assert not (tmp_path / "t").exists() and not cache_dir.exists()  # before the data and any run folder
 
 
 @pytest.mark.slow
@@ -238,7 +244,7 @@ def test_a_group_choice_over_the_quickstarts_own_is_shown_and_a_last_step_valida
                                                                                                  tmp_path):
     """`--config-name quickstart train=steps` silently brought back the recipe's 8192-sequence batch ramp in place
     of quick's 256; and a validation due at 75% that ran at the last step was labelled "75% of training"."""
-    run = pretrain("--config-name", "quickstart", "train=steps", "train.max_steps=3", "train.batch_size=64",
+    run = pretrain("--config-name", "quickstart", NO_PROBE, "train=steps", "train.max_steps=3", "train.batch_size=64",
                    "impl.microbatch_size=16", f"output_dir={tmp_path}")
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
     console = run.stdout + run.stderr

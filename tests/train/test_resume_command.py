@@ -51,8 +51,10 @@ def test_what_a_resume_may_not_change_is_refused_in_one_line(shared_cache, tmp_p
                                 "config.yaml, 4 here)"),
                                (["data=wikipedia"], "data=wikipedia changes data.filter.trash_cutoff (0.4 in the "
                                 "run's config.yaml, 0.3 here) and 5 more key(s) of data"),
-                               (["train.optim.name=lion"], "train.optim.name=lion changes train.optim.name (adamw in the "
-                                "run's config.yaml, lion here)")):
+                               (["train.optim.name=lion"], "optim=lion changes train.optim.name (adamw in the run's "
+                                "config.yaml, lion here)"),  # the group choice train.optim.name=lion means
+                               (["optim=lion"], "optim=lion changes train.optim.name (adamw in the run's config.yaml, "
+                                "lion here)")):
         run = in_process("pretrain", "resume=latest", f"output_dir={tmp_path}", *overrides)
         assert run.returncode == 2 and "Traceback" not in run.stderr
         assert run.stderr.strip() == (f"error: resume=latest: {changed}; a resume goes on with the run's config and may "

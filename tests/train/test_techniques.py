@@ -31,7 +31,7 @@ from cramming.train.techniques.z_loss import z_penalty
 from cramming.train.trainer import pretrain
 from tests.conftest import REPO_ROOT
 from tests.test_bad_inputs import run_command
-from tests.train.runs import STEP_RUN, InterruptAt, compose_config, records, summary
+from tests.train.runs import NO_PROBE, STEP_RUN, InterruptAt, compose_config, records, summary
 
 # Techniques that combine, run together to keep the suite short; each trains under the budget clock.
 UNDER_THE_CLOCK = {
@@ -59,8 +59,8 @@ def plain_run(tmp_path_factory, session_cache):
 @pytest.mark.parametrize("techniques", UNDER_THE_CLOCK)
 def test_the_techniques_train_the_quick_start_under_the_budget_clock(shared_cache, tmp_path, simulated_clock,
                                                                      techniques):
-    overrides = [*UNDER_THE_CLOCK[techniques], "budget=0.001", "impl.microbatch_size=16", "train.batch_size=16",
-                 f"output_dir={tmp_path}", "logging.every_steps=1"]
+    overrides = [*UNDER_THE_CLOCK[techniques], NO_PROBE, "budget=0.001", "impl.microbatch_size=16",
+                 "train.batch_size=16", f"output_dir={tmp_path}", "logging.every_steps=1"]
     with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base="1.3"):
         run_dir = pretrain(compose("quickstart", overrides=overrides))
     losses = [record["loss"] for record in records(run_dir)]
@@ -83,8 +83,8 @@ INIT_SCHEMES = {
 
 @pytest.mark.parametrize("scheme", INIT_SCHEMES)
 def test_each_init_scheme_trains_three_steps_of_the_quick_start(shared_cache, tmp_path, scheme):
-    overrides = [f"arch.init_scheme={scheme}", *INIT_SCHEMES[scheme], "train.max_steps=3", "impl.microbatch_size=16",
-                 "train.batch_size=16", f"output_dir={tmp_path}", "logging.every_steps=1"]
+    overrides = [f"arch.init_scheme={scheme}", *INIT_SCHEMES[scheme], NO_PROBE, "train.max_steps=3",
+                 "impl.microbatch_size=16", "train.batch_size=16", f"output_dir={tmp_path}", "logging.every_steps=1"]
     with initialize_config_dir(config_dir=str(REPO_ROOT / "configs"), version_base="1.3"):
         run_dir = pretrain(compose("quickstart", overrides=overrides))
     losses = [record["loss"] for record in records(run_dir)]

@@ -17,7 +17,7 @@ from cramming.train.metrics import ProgressBar, use_bar
 from cramming.train.stopping import BudgetClock, StoppingRule
 from cramming.train.trainer import pretrain
 from cramming.train.validation import validate
-from tests.train.runs import STEP_RUN, compose_config, only_run, records, summary
+from tests.train.runs import NO_PROBE, STEP_RUN, compose_config, only_run, records, summary
 
 
 @pytest.fixture(scope="module")
@@ -117,12 +117,14 @@ def test_the_progress_bar_on_a_terminal_and_plain_lines_elsewhere():
 
 
 def test_the_zero_shot_probe_adds_its_figures_and_changes_nothing_training_computes(dataset, tmp_path):
-    """train.validation.zero_shot=true: BLiMP (packaged subset) and bits per character at each validation, into
-    metrics.jsonl, summary.json and a plot; the losses of every step are those of the same run without it."""
+    """train.validation.zero_shot (on by default): BLiMP (packaged subset) and bits per character at each
+    validation, into metrics.jsonl, summary.json and a plot; the losses of every step are those of the same run
+    without it."""
     common = STEP_RUN + ["train.validation.fractions=[0.5]", f"cache_dir={dataset.path.parent.parent}"]  # prepared
     plain = pretrain(compose_config(common + [f"output_dir={tmp_path / 'plain'}"]))
-    probed = pretrain(compose_config(common + [f"output_dir={tmp_path / 'probed'}", "train.validation.zero_shot=true",
-                                               "train.validation.blimp_pairs=2", "train.validation.bits_rows=2"]))
+    probe_on = [o for o in common if o != NO_PROBE]  # the default
+    probed = pretrain(compose_config(probe_on + [f"output_dir={tmp_path / 'probed'}", "train.validation.blimp_pairs=2",
+                                                 "train.validation.bits_rows=2"]))
     assert [r["loss"] for r in records(probed)] == [r["loss"] for r in records(plain)]
     assert [r.get("val_loss") for r in records(probed)] == [r.get("val_loss") for r in records(plain)]
     validated = [r for r in records(probed) if "val_loss" in r]
@@ -137,17 +139,15 @@ def test_the_zero_shot_probe_adds_its_figures_and_changes_nothing_training_compu
 
 def test_the_zero_shot_settings_are_checked():
     from cramming.errors import CrammingError
-    from cramming.train.config import ValidationConfig, zero_shot_size
+    from cramming.train.config import ValidationConfig
 
     with pytest.raises(CrammingError, match=r"train.validation.blimp_pairs=101 must be in \[1, 100\]"):
-        ValidationConfig(zero_shot=True, blimp_pairs=101).check()
+        ValidationConfig(blimp_pairs=101).check()
     with pytest.raises(CrammingError, match="train.validation.bits_rows=0 must be at least 1"):
-        ValidationConfig(zero_shot=True, bits_rows=0).check()
-    with pytest.raises(CrammingError, match="size the zero-shot probe: add train.validation.zero_shot=true"):
-        ValidationConfig(blimp_pairs=20).check()  # set, but nothing would read it
-    on = ValidationConfig(zero_shot=True, bits_rows=4)
-    on.check()
-    assert (zero_shot_size(on, "blimp_pairs"), zero_shot_size(on, "bits_rows")) == (50, 4)
+        ValidationConfig(bits_rows=0).check()
+    default = ValidationConfig()
+    default.check()
+    assert (default.zero_shot, default.blimp_pairs, default.bits_rows) == (True, 50, 16)
 
 
 def test_zero_shot_scores_a_runs_held_out_rows_in_bits_per_character(dataset, tmp_path):

@@ -1,5 +1,7 @@
 """The tasks `eval.tasks` can name: one line each. A new task is its own file plus its line here."""
 
+import difflib
+
 from cramming.errors import CrammingError
 from cramming.eval.tasks.base import Task
 from cramming.eval.tasks.copa import Copa
@@ -26,7 +28,9 @@ TASKS: dict[str, Task] = {task.name: task for task in (
 def task_named(name: str) -> Task:
     """The registry's task of that name; an unknown one is an error listing the known ones."""
     if name not in TASKS:
-        raise CrammingError(f"unknown GLUE task '{name}'; known tasks: {', '.join(TASKS)}")
+        near = difflib.get_close_matches(name, list(TASKS), n=1)
+        raise CrammingError(f"unknown GLUE task '{name}'; known tasks: {', '.join(TASKS)}"
+                            f"{f' — did you mean {near[0]}?' if near else ''}")
     return TASKS[name]
 
 

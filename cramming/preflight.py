@@ -1,0 +1,349 @@
+"""A pretraining run checked whole before any data, device or output work, and `preflight=true`.
+
+`check_run` is one pass over the composed config and over what the run will ask of the machine: every section's
+values (the end-of-run GLUE's included), the device, the budget and its scaling, the W&B login, the GLUE files the
+end of the run reads, and the disk for the prepared data and the checkpoints. It lists every problem it finds, not
+only the first. pretrain.py runs it before anything else, as do each job of a -m sweep before the first trains,
+scripts/ablate.py for every run of a sweep, and scripts/launch.py before torchrun starts a process.
+
+`preflight` (pretrain.py ... preflight=true) runs that pass, then what only trying shows: the first records of
+the data source, one microbatch forward and backward of the real model on the real device at the planned size
+(compiled where the run compiles), and the plan: budget and end time, tokens and steps, checkpoints and their
+disk, and what runs at the end. Exit 0 when the run would start cleanly, 2 with every problem listed.
+"""
+
+import dataclasses
+import logging
+import os
+import shutil
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from cramming.errors import CrammingError, problems_of, raise_problems, size_text
+from cramming.hardware import budget_seconds
+
+log = logging.getLogger("pretrain")
+
+BYTES_PER_TOKEN = 2  # the prepared dataset stores uint16 token ids
+CHARACTERS_PER_TOKEN = 4  # English text with a 32k WordPiece or BPE vocabulary: about 4 to 4.7
+FIRST_RECORDS = 3  # documents the preflight reads from the data source
+HUB_OFFLINE = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
+
+
+def run_problems(cfg) -> list[str]:
+    """Every problem a run of `cfg` would meet that can be known before it starts, one line each."""
+    from cramming.train.config import check_pretrain_config
+
+    main = int(os.environ.get("RANK", "0")) == 0  # only rank 0 runs GLUE at the end and writes to disk
+    problems = problems_of(lambda: check_pretrain_config(cfg),
+                           lambda: check_wandb_login(cfg.wandb.mode), *([lambda: check_glue_data(cfg.eval)] * main))
+    if problems:  # the device and the disk need a config whose values are right
+        return problems
+    return problems_of(lambda: _device(cfg), *([lambda: check_disk(disk_needs(cfg))] * main))
+
+
+def check_run(cfg) -> None:
+    """run_problems as one error line (exit 2) naming them all."""
+    raise_problems(run_problems(cfg))
+
+
+def _device(cfg):
+    """The device the profile names, its precision, the techniques that need a device, and the wall budget
+    (budget_scaling=peak needs the peak FLOP/s of the profile and of the device)."""
+    from cramming.train.settings import device_profile, resolve_settings
+    from cramming.train.techniques import check_on_device
+
+    settings = resolve_settings(cfg, int(os.environ.get("LOCAL_RANK", "0")))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    check_on_device(cfg, settings.device, settings.compile, settings.precision.name, world_size)
+    seconds = budget_seconds(cfg.budget, cfg.budget_scaling, settings.profile, device_profile(settings)) / world_size
+    return settings, seconds
+
+
+def check_wandb_login(mode: str) -> None:
+    """wandb=online needs an API key (WANDB_API_KEY, or `wandb login`'s entry in ~/.netrc): found now, not at the
+    first log line after the data is prepared."""
+    if mode != "online" or os.environ.get("WANDB_API_KEY"):
+        return
+    import netrc
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    try:
+        entry = netrc.netrc(os.environ.get("NETRC")).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        entry = None
+    if not entry or not entry[2]:
+        raise CrammingError(f"wandb=online: no W&B API key (no WANDB_API_KEY, no {host} entry in ~/.netrc): run "
+                            "`wandb login` first, or use wandb=offline and `wandb sync` later")
+
+
+def check_glue_data(eval_cfg, folder_key: str = "eval.data_dir") -> None:
+    """eval=glue: the tasks' files read now from eval.data_dir (a file that would stop the end of the run stops
+    its start; a task without files is said now and skipped then), or downloads allowed where it is null."""
+    if eval_cfg is None:
+        return
+    from cramming.eval.config import as_glue_config
+    from cramming.eval.run import load_task_data
+    from cramming.eval.tasks.registry import requested_tasks
+
+    cfg = as_glue_config(eval_cfg)
+    tasks = requested_tasks(cfg)
+    if cfg.data_dir is None:
+        offline = [name for name in HUB_OFFLINE if os.environ.get(name, "") not in ("", "0")]
+        if offline:
+            raise CrammingError(f"{folder_key} is null, so {', '.join(cfg.tasks)} would be downloaded from the hub, "
+                                f"and {offline[0]}={os.environ[offline[0]]} forbids it: give {folder_key}=<a folder "
+                                "of the tasks' files> (docs/glue.md)")
+        return
+    load_task_data(tasks, cfg)  # CrammingError when no requested task has data; warns of those missing
+
+
+@dataclasses.dataclass
+class DiskNeed:
+    what: str  # e.g. "4 checkpoints of 1.44 GB"
+    where: Path
+    bytes: int | None  # None: not known before the data is read
+
+
+def disk_needs(cfg) -> list[DiskNeed]:
+    """What the run will write: the prepared dataset (unless the cache has it) and the checkpoints it keeps."""
+    return [_dataset_need(cfg), _checkpoints_need(cfg)]
+
+
+def _dataset_need(cfg) -> DiskNeed:
+    """An estimate from the source's text size: 2 bytes a token at about 4 characters a token (a hub corpus:
+    unknown until it is read, beside its download in the hub's cache)."""
+    from cramming.data import store
+    from cramming.data.sources import Source
+
+    data = OmegaConf.to_object(cfg.data) if OmegaConf.is_config(cfg.data) else cfg.data
+    where = Path(os.path.expanduser(str(cfg.cache_dir)))
+    source = Source.from_config(data)
+    if source.kind == "hub" or data.tokenizer.kind == "pretrained":  # their fingerprints read the network
+        return DiskNeed("the prepared dataset (a hub corpus: size unknown until read)", where, None)
+    final_dir = store.dataset_dir(str(where), data, store.cache_key(data, source.fingerprint()))
+    if (final_dir / store.META_FILE).exists():
+        return DiskNeed("the prepared dataset (cached)", where, 0)
+    text = source.total_bytes()
+    if text is None:
+        return DiskNeed("the prepared dataset (size unknown until read)", where, None)
+    tokens = text / CHARACTERS_PER_TOKEN
+    if data.max_tokens is not None:
+        tokens = min(tokens, data.max_tokens)
+    return DiskNeed(f"the prepared dataset (about {size_text(tokens, '')} tokens from {size_text(text)} of text)",
+                    where, int(tokens * BYTES_PER_TOKEN))
+
+
+def _checkpoints_need(cfg) -> DiskNeed:
+    """The checkpoints on disk at once: keep_last step checkpoints, the one being written before the oldest
+    goes, final, and every keep_at; each the fp32 weights and the optimizer's state."""
+    from cramming.model import build_mlm_model
+    from cramming.model.config import as_model_config
+    from cramming.train.optimizers import optimizers
+
+    where = Path(os.path.expanduser(str(cfg.output_dir)))
+    try:
+        with torch.device("meta"):  # the shapes without the memory
+            model = build_mlm_model(as_model_config(cfg.arch), cfg.data.tokenizer.vocab_size)
+    except (RuntimeError, ValueError, OverflowError):  # sizes no tensor can have: a resume's check names them
+        return DiskNeed("the checkpoints (the model's size unknown)", where, None)
+    parameters = sum(parameter.numel() for parameter in model.parameters())
+    known = optimizers().get(cfg.train.optim.name)
+    state = known.state_bytes_per_parameter if known else 8
+    each = parameters * (4 + state)
+    count = cfg.checkpoint.keep_last + 2 + len(cfg.checkpoint.keep_at)
+    return DiskNeed(f"{count} checkpoints of {size_text(each)} ({parameters / 1e6:.1f}M parameters: weights and "
+                    f"{cfg.train.optim.name}'s state)", where, count * each)
+
+
+def check_disk(needs: list[DiskNeed]) -> None:
+    """Refuse when what the run will write does not fit the free space of the filesystems it writes to."""
+    by_filesystem: dict[int, list[DiskNeed]] = {}
+    for need in needs:
+        if need.bytes:
+            by_filesystem.setdefault(_existing(need.where).stat().st_dev, []).append(need)
+    for same in by_filesystem.values():
+        total, existing = sum(need.bytes for need in same), _existing(same[0].where)
+        free = shutil.disk_usage(existing).free
+        if total > free:
+            said = " and ".join(f"{need.what} in {need.where}" for need in same)
+            raise CrammingError(f"disk: the run needs about {size_text(total)} ({said}) and {existing} has "
+                                f"{size_text(free)} free: free some space, write elsewhere (output_dir=, "
+                                "cache_dir=) or keep fewer checkpoints (checkpoint.keep_last=)")
+
+
+def _existing(path: Path) -> Path:
+    return next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
+
+
+def preflight(cfg) -> int:
+    """Everything check_run checks, the data source's first records, one microbatch forward and backward, and
+    the plan (printed); 0 when the run would start cleanly, 2 after listing every problem."""
+    started = time.perf_counter()
+    problems = run_problems(cfg)
+    problems += problems_of(lambda: _first_records(cfg))
+    trial, tried = None, not problems  # a model built from a config with problems would fail for their reasons
+    if tried:
+        try:
+            trial = trial_microbatch(cfg)
+        except CrammingError as error:
+            problems.append(str(error))
+    for line in plan(cfg, trial):
+        print(line)
+    if not tried:
+        print("  microbatch trial: not run until the problems below are fixed")
+    if problems:
+        print(f"preflight: {len(problems)} problem(s); the run would not start:")
+        for number, problem in enumerate(problems, 1):
+            print(f"  {number}. {problem}")
+        return 2
+    print(f"preflight: the run would start cleanly (checked in {time.perf_counter() - started:.1f} s)")
+    return 0
+
+
+def _first_records(cfg) -> None:
+    """The first documents of the data source: a hub corpus reachable, local files readable."""
+    from cramming.data.sources import Source
+
+    data = OmegaConf.to_object(cfg.data) if OmegaConf.is_config(cfg.data) else cfg.data
+    read = 0
+    try:
+        for read, _ in enumerate(Source.from_config(data).documents(), 1):
+            if read == FIRST_RECORDS:
+                break
+    except CrammingError:
+        raise
+    except Exception as error:  # the hub unreachable, a file unreadable: the library's own words
+        raise CrammingError(f"data: the source's first records could not be read ({type(error).__name__}: "
+                            f"{str(error).splitlines()[0] if str(error) else ''})") from None
+    if read == 0:
+        raise CrammingError("data: the source holds no documents")
+
+
+@dataclasses.dataclass
+class Trial:
+    microbatch_size: int
+    microbatch_source: str
+    seconds_first: float  # compilation included where the run compiles
+    seconds_after: float  # the median of the microbatches after it
+    device: str
+
+
+TRIAL_MICROBATCHES = 3
+
+
+def trial_microbatch(cfg) -> Trial:
+    """Forward and backward of the real model on the real device at the planned microbatch (the GPU's automatic
+    search included), compiled if the run compiles; synthetic tokens: the work depends on shapes, not text."""
+    from cramming.data.mlm import synthetic_mlm_batch
+    from cramming.gradient_step import backward
+    from cramming.model import build_mlm_model
+    from cramming.model.config import as_model_config
+    from cramming.train.distributed import Distributed
+    from cramming.train.settings import choose_microbatch
+
+    settings, _ = _device(cfg)
+    vocab_size, seq_length = cfg.data.tokenizer.vocab_size, cfg.data.seq_length
+    model = build_mlm_model(as_model_config(cfg.arch), vocab_size).to(settings.device)
+    settings, source = choose_microbatch(cfg, settings, Distributed.from_env(), model, vocab_size, seq_length, None)
+    network = torch.compile(model) if settings.compile else model
+    batch = {key: value.to(settings.device) for key, value in
+             synthetic_mlm_batch(settings.microbatch_size, seq_length, vocab_size, cfg.train.mlm_rate).items()}
+    scaler, seconds = settings.precision.grad_scaler(), []
+    try:
+        for _ in range(TRIAL_MICROBATCHES):
+            begun = time.perf_counter()
+            loss = backward(network, batch, settings.precision, scaler)
+            if not torch.isfinite(loss):
+                raise CrammingError(f"preflight: the first microbatch's loss is {loss.item()}")
+            if settings.device.type == "cuda":
+                torch.cuda.synchronize(settings.device)
+            seconds.append(time.perf_counter() - begun)
+            model.zero_grad(set_to_none=True)
+    except torch.OutOfMemoryError:
+        raise CrammingError(f"preflight: microbatch {settings.microbatch_size} ({source}) does not fit in "
+                            f"{settings.device}'s memory: set impl.microbatch_size smaller") from None
+    except Exception as error:
+        if isinstance(error, CrammingError):
+            raise
+        raise CrammingError(f"preflight: microbatch {settings.microbatch_size} ({source}) failed on "
+                            f"{settings.device}{' compiled' if settings.compile else ''}: {type(error).__name__}: "
+                            f"{str(error).splitlines()[0] if str(error) else ''}") from None
+    after = sorted(seconds[1:])[len(seconds[1:]) // 2]
+    return Trial(settings.microbatch_size, source, seconds[0], after, str(settings.device))
+
+
+def plan(cfg, trial: Trial | None) -> list[str]:
+    """The run in a few lines: what, where, how long, how much, and what follows it."""
+    from cramming.train.metrics import format_duration
+
+    data = cfg.data
+    lines = [f"plan: {cfg.arch.name} on gpu={cfg.gpu.name}, data={data.source}, {data.tokenizer.kind} vocabulary "
+             f"{data.tokenizer.vocab_size}, sequences of {data.seq_length}"]
+    try:
+        _, seconds = _device(cfg)
+    except CrammingError:
+        seconds = None
+    if seconds is not None:
+        end = datetime.now() + timedelta(seconds=seconds)
+        lines.append(f"  budget: {cfg.budget:g} GPU-hours = {format_duration(seconds)} of training "
+                     f"(compilation included; data preparation before it is not): if training started now it would "
+                     f"end at {end:%Y-%m-%d %H:%M}")
+    if trial is not None:
+        sequences_per_s = trial.microbatch_size / trial.seconds_after
+        lines.append(f"  microbatch: {trial.microbatch_size} sequences ({trial.microbatch_source}) on {trial.device}: "
+                     f"forward and backward in {trial.seconds_first:.2f} s the first time, then "
+                     f"{trial.seconds_after:.3f} s ({sequences_per_s * data.seq_length:,.0f} tokens/s before the "
+                     "optimizer)")
+        if seconds is not None:
+            tokens, steps = _expected(cfg, trial, seconds)
+            lines.append(f"  expected: about {size_text(tokens, '')} tokens in about {steps:,} optimizer steps at that "
+                         "speed (the optimizer, data and logging make it somewhat less)")
+    try:
+        needs = disk_needs(cfg)
+    except CrammingError:
+        needs = []
+    for need in needs:
+        amount = "unknown" if need.bytes is None else size_text(need.bytes)
+        lines.append(f"  disk: {need.what}: {amount} in {need.where} "
+                     f"({size_text(shutil.disk_usage(_existing(need.where)).free)} free)")
+    lines.append(f"  checkpoints: every {cfg.checkpoint.interval_minutes:g} minutes of training, the last "
+                 f"{cfg.checkpoint.keep_last} kept, and final")
+    validation = cfg.train.validation
+    if cfg.data.validation_rows:
+        probe = (f", with BLiMP on {validation.blimp_pairs} pairs a paradigm and bits per character"
+                 if validation.zero_shot else "")
+        lines.append(f"  validation: at {', '.join(f'{100 * f:g}%' for f in validation.fractions) or 'no fraction'} "
+                     f"of training and at the end{probe}")
+    if cfg.eval is not None:
+        source = f"from {cfg.eval.data_dir}" if cfg.eval.data_dir else "from the hub"
+        lines.append(f"  at the end: GLUE fine-tuning on {', '.join(cfg.eval.tasks)} ({source}), outside the budget")
+    else:
+        lines.append("  at the end: the summary and plots; no GLUE (eval=glue adds it)")
+    return lines
+
+
+def _expected(cfg, trial: Trial, seconds: float) -> tuple[float, int]:
+    """Tokens and optimizer steps at the trial's speed over the wall budget, through the batch ramp; with
+    train.progress=steps, max_steps."""
+    from cramming.train.loop import Schedule
+
+    schedule = Schedule(cfg.train, trial.microbatch_size)
+    microbatches = seconds / trial.seconds_after
+    if cfg.train.progress == "steps":
+        steps = cfg.train.max_steps
+        used = sum(schedule.accumulate(step / steps) for step in range(steps))
+        return min(used, microbatches) * trial.microbatch_size * cfg.data.seq_length, steps
+    done = steps = 0
+    while done < microbatches and steps < 10_000_000:
+        done += schedule.accumulate(done / microbatches)
+        steps += 1
+    if cfg.train.max_steps:
+        steps = min(steps, cfg.train.max_steps)
+    return microbatches * trial.microbatch_size * cfg.data.seq_length, steps
+

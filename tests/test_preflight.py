@@ -1,0 +1,175 @@
+"""A run fails at its start, never at its end (cramming.preflight): each problem that used to surface after data
+preparation or after training is now one line and exit 2 before any data, device or output work, through the
+command line (pretrain.py, a -m sweep, scripts/ablate.py, scripts/launch.py); and `preflight=true` checks it all,
+tries one microbatch and prints the plan, writing nothing."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from cramming.errors import CrammingError
+from tests.commands import in_subprocess
+from tests.conftest import REPO_ROOT
+from tests.eval.conftest import GLUE_DIR
+from tests.train.runs import NO_PROBE
+
+QUICK = ["--config-name", "quickstart", NO_PROBE]
+
+
+def NO_WANDB_LOGIN(tmp_path) -> dict:  # noqa: N802  (an environment, like a constant)
+    """No API key in the environment and no netrc file: what `wandb login` would have written is absent."""
+    return {"WANDB_API_KEY": None, "NETRC": str(tmp_path / "no-netrc")}
+
+
+def started_nothing(run, output_dir, cache_dir) -> None:
+    """One line, exit 2, no traceback, no training step, no run directory, no data prepared."""
+    console = run.stdout + run.stderr
+    assert run.returncode == 2 and "Traceback" not in console, console
+    assert not any(line.startswith("step ") for line in console.splitlines())
+    assert not output_dir.exists() or not any(output_dir.rglob("checkpoints"))
+    assert not (cache_dir / "data").exists()  # data preparation never began
+    assert len(run.stderr.strip().splitlines()) == 1 and run.stderr.startswith("error: ")
+
+
+def late_failures(tmp_path) -> list:
+    """(what used to fail late, overrides, environment, words of the one line)."""
+    empty_glue = tmp_path / "no-glue"
+    empty_glue.mkdir()
+    free = shutil.disk_usage(tmp_path).free
+    return [
+        ("a mistyped GLUE task, found after training", ["eval=glue", "eval.tasks=[rtee]", f"eval.data_dir={GLUE_DIR}"],
+         {}, "unknown GLUE task 'rtee'; known tasks: cola"),
+        ("a GLUE protocol value, found after training", ["eval=glue", "eval.tasks=[rte]", "eval.lr=-1",
+                                                         f"eval.data_dir={GLUE_DIR}"], {},
+         "eval.lr=-1.0 must be positive and finite"),
+        ("a GLUE folder without the task's files, found after training",
+         ["eval=glue", "eval.tasks=[rte]", f"eval.data_dir={empty_glue}"], {}, "no data for any requested task"),
+        ("GLUE from the hub while offline, found after training", ["eval=glue", "eval.tasks=[rte]"],
+         {"HF_DATASETS_OFFLINE": "1"}, "HF_DATASETS_OFFLINE=1 forbids it: give eval.data_dir="),
+        ("budget_scaling, found after data preparation", ["budget_scaling=bogus"], {},
+         "budget_scaling='bogus' must be none or peak"),
+        ("W&B online without a login, found at the first log after data preparation", ["wandb=online"],
+         NO_WANDB_LOGIN(tmp_path), "wandb=online: no W&B API key"),
+        ("checkpoints that cannot fit, found when the disk filled", [f"checkpoint.keep_last={int(free / 1e7)}"], {},
+         "disk: the run needs about"),
+    ]
+
+
+CASES = ["glue-task", "glue-value", "glue-files", "glue-hub-offline", "budget-scaling", "wandb-login", "disk"]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)), ids=CASES)
+def test_a_late_failure_is_one_line_before_any_work(tmp_path, cache_dir, monkeypatch, case):
+    _, overrides, environment, words = late_failures(tmp_path)[case]
+    for key, value in environment.items():
+        monkeypatch.delenv(key, raising=False) if value is None else monkeypatch.setenv(key, value)
+    out = tmp_path / "out"
+    run = in_subprocess("pretrain", *QUICK, *overrides, f"output_dir={out}", cwd=tmp_path)
+    started_nothing(run, out, cache_dir)
+    assert words in run.stderr
+
+
+def test_several_problems_are_all_in_the_one_line(tmp_path, cache_dir):
+    out = tmp_path / "out"
+    run = in_subprocess("pretrain", *QUICK, "budget_scaling=bogus", "eval=glue", "eval.tasks=[rtee]",
+                        f"eval.data_dir={GLUE_DIR}", "train.optim.lr=-1", f"output_dir={out}", cwd=tmp_path)
+    started_nothing(run, out, cache_dir)
+    assert run.stderr.startswith("error: 3 problems: (1) ")
+    for words in ("budget_scaling='bogus'", "train.optim.lr=-1.0 must be positive", "unknown GLUE task 'rtee'"):
+        assert words in run.stderr
+
+
+def test_every_job_of_a_sweep_is_checked_before_the_first_trains(tmp_path, cache_dir):
+    out = tmp_path / "out"
+    run = in_subprocess("pretrain", "-m", *QUICK, "budget_scaling=none,bogus", f"output_dir={out}",
+                        f"hydra.sweep.dir={out}/multirun", cwd=tmp_path)
+    started_nothing(run, out, cache_dir)
+    assert "budget_scaling='bogus' must be none or peak" in run.stderr
+
+
+def test_every_run_of_an_ablation_is_checked_before_the_first_trains(tmp_path, cache_dir):
+    out = tmp_path / "sweep"
+    run = in_subprocess("ablate", "sweep=smoke", f"output_dir={out}", "overrides=['eval=glue','eval.tasks=[rtee]']",
+                        cwd=tmp_path)
+    started_nothing(run, out, cache_dir)
+    assert "sweep smoke: run adamw: unknown GLUE task 'rtee'" in run.stderr
+    assert "run lion: unknown GLUE task" in run.stderr
+
+
+def test_launch_checks_the_whole_run_before_torchrun_starts_a_process(tmp_path, cache_dir):
+    out = tmp_path / "out"
+    run = in_subprocess("launch", "--nproc_per_node=2", str(REPO_ROOT / "pretrain.py"), *QUICK, "eval=glue",
+                        "eval.tasks=[rtee]", f"eval.data_dir={GLUE_DIR}", f"output_dir={out}", cwd=tmp_path)
+    started_nothing(run, out, cache_dir)
+    assert "unknown GLUE task 'rtee'" in run.stderr and "rank" not in run.stderr
+
+
+def test_the_preflight_of_the_quick_start_plans_and_writes_nothing(tmp_path, cache_dir):
+    """The quick start as users run it (the probe on), with eval=glue on local files: exit 0 and the plan."""
+    out = tmp_path / "out"
+    run = in_subprocess("pretrain", "--config-name", "quickstart", "preflight=true", "eval=glue",
+                        "eval.tasks=[rte,mrpc]", f"eval.data_dir={GLUE_DIR}", f"output_dir={out}", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    lines = lines[next(n for n, line in enumerate(lines) if line.startswith("plan: ")):]  # after the log's lines
+    assert lines[0] == "plan: crammed-bert-tiny on gpu=cpu, data=embedded, wordpiece vocabulary 4096, sequences of 128"
+    assert any(line.startswith("  budget: 0.02 GPU-hours = 0h01m12s of training") for line in lines)
+    assert any(line.startswith("  microbatch: 32 sequences (cpu profile) on cpu: forward and backward in")
+               for line in lines)
+    assert any(line.startswith("  expected: about ") and "optimizer steps" in line for line in lines)
+    assert any(line.startswith("  disk: the prepared dataset (about ") for line in lines)  # a fresh cache
+    assert any(line.startswith("  disk: 4 checkpoints of 10.2 MB (0.9M parameters") for line in lines)
+    assert "  validation: at 25%, 50%, 75% of training and at the end, with BLiMP on 10 pairs a paradigm" in run.stdout
+    assert "  at the end: GLUE fine-tuning on rte, mrpc (from " in run.stdout
+    assert lines[-1].startswith("preflight: the run would start cleanly")
+    assert not out.exists() and not (cache_dir / "data").exists()
+
+
+def test_the_preflight_lists_every_problem(tmp_path, cache_dir, monkeypatch):
+    for key, value in NO_WANDB_LOGIN(tmp_path).items():
+        monkeypatch.delenv(key, raising=False) if value is None else monkeypatch.setenv(key, value)
+    out = tmp_path / "out"
+    run = in_subprocess("pretrain", *QUICK, "preflight=true", "budget_scaling=bogus", "eval=glue",
+                        "eval.tasks=[rtee]", f"eval.data_dir={GLUE_DIR}", "wandb=online", f"output_dir={out}",
+                        cwd=tmp_path)
+    assert run.returncode == 2 and "Traceback" not in run.stdout + run.stderr
+    assert "preflight: 3 problem(s); the run would not start:" in run.stdout
+    listed = [line for line in run.stdout.splitlines() if line.startswith(("  1. ", "  2. ", "  3. "))]
+    assert [line[5:30] for line in listed] == ["budget_scaling='bogus' mu", "unknown GLUE task 'rtee';",
+                                               "wandb=online: no W&B API "]
+    assert "  microbatch trial: not run until the problems below are fixed" in run.stdout
+    assert not out.exists() and not (cache_dir / "data").exists()
+
+
+def test_a_microbatch_that_does_not_fit_is_named(monkeypatch):
+    """The GPU's out-of-memory, which a CPU cannot produce on demand, raised by the trial's backward."""
+    import cramming.gradient_step
+    from cramming import compose_config
+    from cramming.preflight import trial_microbatch
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(cramming.gradient_step, "backward", out_of_memory)
+    cfg = compose_config("quickstart", ["impl.microbatch_size=4096"])
+    with pytest.raises(CrammingError, match=r"preflight: microbatch 4096 \(impl.microbatch_size\) does not fit in "
+                                            r"cpu's memory: set impl.microbatch_size smaller"):
+        trial_microbatch(cfg)
+
+
+def test_the_disk_estimate_counts_every_kept_checkpoint(tmp_path):
+    from cramming import compose_config
+    from cramming.preflight import disk_needs
+
+    cfg = compose_config("quickstart", [f"output_dir={tmp_path}", "checkpoint.keep_last=3",
+                                        "checkpoint.keep_at=[0.1,0.2]"])
+    dataset, checkpoints = disk_needs(cfg)
+    from cramming.model import build_mlm_model
+
+    parameters = sum(p.numel() for p in build_mlm_model(cfg.arch, 4096).parameters())  # the embedded vocabulary
+    assert checkpoints.what.startswith("7 checkpoints of ")  # 3 kept, 1 being written, final, 2 keep_at
+    assert checkpoints.bytes == 7 * 12 * parameters  # 4 bytes of fp32 weights, 8 of AdamW's two moments
+    assert dataset.where == Path(os.path.expanduser(str(cfg.cache_dir)))

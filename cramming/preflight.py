@@ -43,7 +43,7 @@ def run_problems(cfg) -> list[str]:
                            lambda: check_wandb_login(cfg.wandb.mode), *([lambda: check_glue_data(cfg.eval)] * main))
     if problems:  # the device and the disk need a config whose values are right
         return problems
-    return problems_of(lambda: _device(cfg), *([lambda: check_disk(disk_needs(cfg))] * main))
+    return problems_of(lambda: device_and_budget(cfg), *([lambda: check_disk(disk_needs(cfg))] * main))
 
 
 def check_run(cfg) -> None:
@@ -51,7 +51,7 @@ def check_run(cfg) -> None:
     raise_problems(run_problems(cfg))
 
 
-def _device(cfg):
+def device_and_budget(cfg):
     """The device the profile names, its precision, the techniques that need a device, and the wall budget
     (budget_scaling=peak needs the peak FLOP/s of the profile and of the device)."""
     from cramming.train.settings import device_profile, resolve_settings
@@ -188,12 +188,20 @@ def preflight(cfg) -> int:
     problems = run_problems(cfg)
     problems += problems_of(lambda: _first_records(cfg))
     trial, tried = None, not problems  # a model built from a config with problems would fail for their reasons
+    try:
+        settings, seconds = device_and_budget(cfg)
+    except CrammingError:  # listed among the problems already
+        settings = seconds = None
     if tried:
         try:
-            trial = trial_microbatch(cfg)
+            trial = trial_microbatch(cfg, settings)
         except CrammingError as error:
             problems.append(str(error))
-    for line in plan(cfg, trial):
+    try:
+        needs = disk_needs(cfg)
+    except CrammingError:  # listed among the problems already
+        needs = []
+    for line in plan(cfg, trial, seconds, needs):
         print(line)
     if not tried:
         print("  microbatch trial: not run until the problems below are fixed")
@@ -237,7 +245,7 @@ class Trial:
 TRIAL_MICROBATCHES = 3
 
 
-def trial_microbatch(cfg) -> Trial:
+def trial_microbatch(cfg, settings) -> Trial:
     """Forward and backward of the real model on the real device at the planned microbatch (the GPU's automatic
     search included), compiled if the run compiles; synthetic tokens: the work depends on shapes, not text."""
     from cramming.data.mlm import synthetic_mlm_batch
@@ -247,7 +255,6 @@ def trial_microbatch(cfg) -> Trial:
     from cramming.train.distributed import Distributed
     from cramming.train.settings import choose_microbatch
 
-    settings, _ = _device(cfg)
     vocab_size, seq_length = cfg.data.tokenizer.vocab_size, cfg.data.seq_length
     model = build_mlm_model(as_model_config(cfg.arch), vocab_size).to(settings.device)
     settings, source = choose_microbatch(cfg, settings, Distributed.from_env(), model, vocab_size, seq_length, None)
@@ -278,17 +285,14 @@ def trial_microbatch(cfg) -> Trial:
     return Trial(settings.microbatch_size, source, seconds[0], after, str(settings.device))
 
 
-def plan(cfg, trial: Trial | None) -> list[str]:
-    """The run in a few lines: what, where, how long, how much, and what follows it."""
+def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed]) -> list[str]:
+    """The run in a few lines: what, where, how long (`seconds` of wall budget, None where the device is not
+    known), how much, and what follows it."""
     from cramming.train.metrics import format_duration
 
     data = cfg.data
     lines = [f"plan: {cfg.arch.name} on gpu={cfg.gpu.name}, data={data.source}, {data.tokenizer.kind} vocabulary "
              f"{data.tokenizer.vocab_size}, sequences of {data.seq_length}"]
-    try:
-        _, seconds = _device(cfg)
-    except CrammingError:
-        seconds = None
     if seconds is not None:
         end = datetime.now() + timedelta(seconds=seconds)
         lines.append(f"  budget: {cfg.budget:g} GPU-hours = {format_duration(seconds)} of training "
@@ -304,10 +308,6 @@ def plan(cfg, trial: Trial | None) -> list[str]:
             tokens, steps = _expected(cfg, trial, seconds)
             lines.append(f"  expected: about {size_text(tokens, '')} tokens in about {steps:,} optimizer steps at that "
                          "speed (the optimizer, data and logging make it somewhat less)")
-    try:
-        needs = disk_needs(cfg)
-    except CrammingError:
-        needs = []
     for need in needs:
         amount = "unknown" if need.bytes is None else size_text(need.bytes)
         lines.append(f"  disk: {need.what}: {amount} in {need.where} "

@@ -148,7 +148,7 @@ def test_a_microbatch_that_does_not_fit_is_named(monkeypatch):
     """The GPU's out-of-memory, which a CPU cannot produce on demand, raised by the trial's backward."""
     import cramming.gradient_step
     from cramming import compose_config
-    from cramming.preflight import trial_microbatch
+    from cramming.preflight import device_and_budget, trial_microbatch
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -157,7 +157,7 @@ def test_a_microbatch_that_does_not_fit_is_named(monkeypatch):
     cfg = compose_config("quickstart", ["impl.microbatch_size=4096"])
     with pytest.raises(CrammingError, match=r"preflight: microbatch 4096 \(impl.microbatch_size\) does not fit in "
                                             r"cpu's memory: set impl.microbatch_size smaller"):
-        trial_microbatch(cfg)
+        trial_microbatch(cfg, device_and_budget(cfg)[0])
 
 
 def test_the_disk_estimate_counts_every_kept_checkpoint(tmp_path):

@@ -86,6 +86,16 @@ def test_bad_quantize_settings_are_one_line(tmp_path, tokenizer, args, words):
     assert words in line
 
 
+def test_a_bad_task_to_score_is_one_line_before_any_export_through_the_command_line(tmp_path, tokenizer):
+    """Checked with the settings (ExportConfig.check): before, it stopped after the export and the int8 copy."""
+    save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), VOCAB_SIZE), tmp_path / "mlm", tokenizer)
+    run = in_subprocess("export", f"ckpt={tmp_path / 'mlm'}", f"out={tmp_path / 'out'}", "quantize=int8",
+                        "quantize_eval_task=rtee", f"glue_dir={tiny_rte(tmp_path)}")
+    assert run.returncode == 2 and "Traceback" not in run.stderr + run.stdout
+    assert run.stderr.startswith("error: unknown GLUE task 'rtee'; known tasks: cola") and "did you mean rte?" in run.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_scoring_a_pretraining_checkpoint_is_refused_naming_it_before_any_int8_work(tmp_path, tokenizer):
     save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), VOCAB_SIZE), tmp_path / "mlm", tokenizer)
     run = in_subprocess("export", f"ckpt={tmp_path / 'mlm'}", f"out={tmp_path / 'out'}", "quantize=int8",

@@ -1,5 +1,5 @@
 """Components that act at named points of training, like Composer's algorithms on events, and what they see
-there: where training stands (Progress, saved in every checkpoint) and the TrainState.
+there: the TrainState (where training stands, cramming.train.progress, and what the step just did).
 
 The trainer calls every callback at each point, in order, and keeps what `state_dict` returns in each
 checkpoint, so a resumed run restores it; the loop itself never changes. The metrics record, the
@@ -9,26 +9,13 @@ checkpoints and validation are callbacks; a training technique is one too, with 
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
 from cramming.gradient_step import StepState
-
-if TYPE_CHECKING:
-    from cramming.train.nonfinite import NonFiniteSteps
-    from cramming.train.stopping import BudgetClock
-
-
-@dataclass
-class Progress:
-    step: int = 0  # optimizer steps taken
-    microbatches: int = 0  # global microbatches consumed: the position in the data stream
-    tokens: int = 0
-    elapsed: float = 0.0  # training seconds, earlier runs of a resumed training included
-    nonfinite_total: int = 0
-    nonfinite_in_a_row: int = 0
-    lost_to_crashes: float = 0.0  # seconds charged on resumes for training lost after the last checkpoint
+from cramming.train.nonfinite import NonFiniteSteps
+from cramming.train.progress import Progress
+from cramming.train.stopping import BudgetClock
 
 
 @dataclass(kw_only=True)
@@ -39,10 +26,10 @@ class TrainState(StepState):
 
     optimizer: torch.optim.Optimizer | None
     progress: Progress
-    clock: "BudgetClock | None"
+    clock: BudgetClock | None
     run_dir: Path | None
     tokenizer: object = None  # the dataset's (transformers) tokenizer
-    nonfinite: "NonFiniteSteps | None" = None  # the skipped steps' counts, on the device until read
+    nonfinite: NonFiniteSteps | None = None  # the skipped steps' counts, on the device until read
     # the current step, set before it runs (with accumulate: the microbatches planned, on every rank)
     fraction: float = 0.0  # schedule progress f
     lr: float = 0.0

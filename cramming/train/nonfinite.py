@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from cramming.errors import CrammingError
-from cramming.train.callbacks import Progress
+from cramming.train.progress import Progress
 
 log = logging.getLogger("pretrain")
 LOSS, GRADIENT, IN_A_ROW, LIMIT_AT = range(4)  # the counters' slots

@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from cramming.errors import CrammingError
-from cramming.train.callbacks import Progress
+from cramming.train.progress import Progress
 from cramming.train.distributed import Distributed
 
 # Tests (and anyone reproducing a budget-driven run exactly) set this to a number of seconds: the clock then

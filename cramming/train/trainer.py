@@ -29,7 +29,8 @@ from cramming.provenance import config_sha256, provenance
 from cramming.runs import (CONFIG_FILE, FINAL, RunStart, new_run_dir, record_config, resolve_checkpoint,
                            run_of)
 from cramming.runtime import deterministic_algorithms, prepare_device
-from cramming.train.callbacks import Callback, CallbackList, Progress, TrainState
+from cramming.train.callbacks import Callback, CallbackList, TrainState
+from cramming.train.progress import Progress
 from cramming.train.checkpoint import (Checkpointer, Heartbeat, NonFiniteWeightsError, charge_lost_time,
                                        check_resumed_model, load_state, restore, resume_fingerprint)
 from cramming.train.config import check_pretrain_config

@@ -4,7 +4,7 @@ ranks agree on it without a host sync per step."""
 import pytest
 import torch
 
-from cramming.train.callbacks import Progress
+from cramming.train.progress import Progress
 from cramming.train.distributed import Distributed
 from cramming.train.stopping import BudgetClock, LocalAgreement, RankAgreement, StoppingRule, agreement
 

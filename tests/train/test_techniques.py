@@ -18,7 +18,8 @@ from cramming.errors import CrammingError
 from cramming.model import build_mlm_model
 from cramming.model.checkpoint import load_pretrained, read_config
 from cramming.model.config import as_model_config
-from cramming.train.callbacks import Callback, Progress, TrainState
+from cramming.train.callbacks import Callback, TrainState
+from cramming.train.progress import Progress
 from cramming.train.techniques.distillation import distillation_loss
 from cramming.train.techniques.ema import Ema
 from cramming.train.techniques.importance_sampling import ImportanceSampling

@@ -65,8 +65,8 @@ def run_pretraining(workdir: Path, extra_overrides: tuple[str, ...] = ()) -> tup
     the final weights) and final checkpoint."""
     from cramming import compose_config
     from cramming.data.prepare import prepare_dataset
-    from cramming.train.config import PretrainConfig  # noqa: F401  (registers the schemas)
-    from cramming.train.trainer import pretrain
+    from cramming.pretraining import PretrainConfig  # noqa: F401  (registers the schemas)
+    from cramming.pretraining import pretrain
     from cramming.train.validation import validate
 
     corpus = workdir / "corpus.txt"

@@ -36,7 +36,7 @@ HUB_OFFLINE = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
 
 def run_problems(cfg) -> list[str]:
     """Every problem a run of `cfg` would meet that can be known before it starts, one line each."""
-    from cramming.train.config import check_pretrain_config
+    from cramming.pretraining import check_pretrain_config
 
     main = int(os.environ.get("RANK", "0")) == 0  # only rank 0 runs GLUE at the end and writes to disk
     problems = problems_of(lambda: check_pretrain_config(cfg),

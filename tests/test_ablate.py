@@ -98,7 +98,7 @@ def test_every_run_of_every_shipped_sweep_composes_and_passes_the_checks_made_be
     from omegaconf import OmegaConf
 
     from cramming import as_group_choices
-    from cramming.train.config import check_pretrain_config
+    from cramming.pretraining import check_pretrain_config
 
     names = sorted(path.stem for path in (REPO_ROOT / "configs" / "sweep").glob("*.yaml"))
     assert {"smoke", "techniques", "ema", "optimizers"} <= set(names)

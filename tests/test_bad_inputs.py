@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from cramming.cli import ablate, eval_glue, export, prepare_data, pretrain
-from cramming.train.trainer import pretrain as pretrain_in_process
+from cramming.pretraining import pretrain as pretrain_in_process
 from tests.conftest import SHARED_DATA
 from tests.train.runs import NO_PROBE, STEP_RUN, compose_config
 

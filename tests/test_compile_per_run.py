@@ -15,7 +15,7 @@ import torch
 
 from cramming import compose_config as compose_command
 from cramming.bench.benchmark import run_benchmark
-from cramming.train.trainer import pretrain
+from cramming.pretraining import pretrain
 from tests.train.runs import TINY_RUN, compose_config, summary
 
 SHAPES = [(layers, heads) for heads in (1, 2, 4, 8, 16) for layers in (1, 2)]  # 10 models: 10 graphs of forward

@@ -76,7 +76,7 @@ def test_without_a_flag_the_update_always_applies():
 
 def test_the_recipe_adamw_is_the_one_pretraining_builds_from_its_config_file():
     values = OmegaConf.load(CONFIG_DIR / "optim" / "adamw.yaml")
-    from cramming.train.config import PretrainConfig  # noqa: F401  (registers the schemas pretrain.yaml names)
+    from cramming.pretraining import PretrainConfig  # noqa: F401  (registers the schemas pretrain.yaml names)
 
     cfg = compose_config("pretrain", [])  # the optim group's adamw, as pretraining composes it
     model = build_mlm_model(TINY, 200)

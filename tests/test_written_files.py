@@ -14,7 +14,7 @@ from cramming import golden
 from cramming.cli import compare_runs
 from cramming.errors import CrammingError
 from cramming.train.settings import CACHE_FILE, cached_search
-from cramming.train.trainer import pretrain as pretrain_in_process
+from cramming.pretraining import pretrain as pretrain_in_process
 from tests.test_bad_inputs import COMMANDS, GLUE_DIR, run_command
 from tests.train.runs import STEP_RUN, compose_config
 

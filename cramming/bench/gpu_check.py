@@ -182,8 +182,8 @@ def cram_overrides(cfg: GpuCheckConfig, out: Path) -> list[str]:
 
 
 def _cram(cfg: GpuCheckConfig, out: Path) -> dict:
-    from cramming.train.config import PretrainConfig  # noqa: F401  (registers the schemas pretrain.yaml names)
-    from cramming.train.trainer import pretrain
+    from cramming.pretraining import PretrainConfig  # noqa: F401  (registers the schemas pretrain.yaml names)
+    from cramming.pretraining import pretrain
 
     overrides = cram_overrides(cfg, out)
     run_dir = pretrain(compose_config("pretrain", overrides))

@@ -28,7 +28,7 @@ def variant_names() -> list[str]:
 def variant_config(name: str, arch: ModelConfig):
     """The pretraining config of our step with the variant on (the benchmark's arch; only train, impl and arch
     are read)."""
-    from cramming.train.config import PretrainConfig  # noqa: F401  (registers the schemas pretrain.yaml names)
+    from cramming.pretraining import PretrainConfig  # noqa: F401  (registers the schemas pretrain.yaml names)
 
     overrides = variant_overrides(name) or (f"optim={name}",)
     cfg = compose_config("pretrain", ["data=embedded", "gpu=cpu", *overrides])

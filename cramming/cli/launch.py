@@ -28,7 +28,7 @@ def check_pretraining(arguments: list[str], processes: int, world_size: int | No
     from cramming.cli import check_arguments
     from cramming.cli.arguments import job_overrides, parse_arguments
     from cramming.cli.pretrain import DIRECTORIES, checked_job
-    from cramming.train.config import PretrainConfig
+    from cramming.pretraining import PretrainConfig
     from cramming.train.settings import resolve_settings
 
     check_arguments(arguments, "pretrain", PretrainConfig, DIRECTORIES)

@@ -14,7 +14,7 @@ import sys
 from hydra.core.hydra_config import HydraConfig
 
 from cramming.cli import hydra_command, sweep_job_dir
-from cramming.train.config import PretrainConfig  # registers the config schemas
+from cramming.pretraining import PretrainConfig  # registers the config schemas
 
 
 DIRECTORIES = ("output_dir", "cache_dir")  # what the run writes in
@@ -39,7 +39,7 @@ def main(cfg: PretrainConfig) -> None:
     from cramming.preflight import preflight
     from cramming.threads import set_cpu_threads
     from cramming.train.settings import device_type
-    from cramming.train.trainer import pretrain
+    from cramming.pretraining import pretrain
 
     hydra = HydraConfig.get()
     cfg = checked_job(cfg, list(hydra.overrides.task), hydra.job.config_name,

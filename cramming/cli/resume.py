@@ -15,7 +15,7 @@ from cramming.errors import CrammingError
 from cramming.runs import (CONFIG_FILE, FINAL, check_run_name, differences, resolve_checkpoint, run_config,
                            run_of)
 from cramming.train.checkpoint import load_state
-from cramming.train.config import PretrainConfig
+from cramming.pretraining import PretrainConfig
 
 log = logging.getLogger("pretrain")
 

@@ -1,7 +1,8 @@
-"""Typed schemas of the Hydra group `train` and of `pretrain.py`'s top level, each checking its own values
-(`check`; the top level checks what spans parts, then asks each part). The keys a training technique owns are
-declared in its file (cramming.train.techniques) and added here to the section they live in, so a new technique
-brings its keys, and its rules, without a line in this file."""
+"""Typed schemas of the Hydra group `train` and of the other sections training reads (impl, checkpoint, logging,
+wandb), each checking its own values (`check`); pretrain.py's top level, which holds them with the model, the data
+and the end-of-run GLUE, is cramming.pretraining's. The keys a training technique owns are declared in its file
+(cramming.train.techniques) and added here to the section they live in, so a new technique brings its keys, and
+its rules, without a line in this file."""
 
 import dataclasses
 import math
@@ -9,19 +10,13 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING
 
-from cramming.data.config import DataConfig
-from cramming.errors import problems_of, raise_problems, require
-from cramming.eval.config import GlueConfig, as_glue_config
-from cramming.hardware import GpuProfile
-from cramming.model.config import ModelConfig, as_model_config
-from cramming.runs import check_run_name
+from cramming.errors import require
 from cramming.runtime import check_lr_schedule
-from cramming.train.techniques import check_techniques, settings_under
+from cramming.train.techniques import settings_under
 
 WANDB_MODES = ("disabled", "offline", "online")
-BUDGET_SCALINGS = ("none", "peak")  # cramming.hardware.budget_seconds
 
 
 def with_technique_settings(schema: type, section: str) -> type:
@@ -238,72 +233,5 @@ class WandbConfig:
         require([(self.mode in WANDB_MODES, f"wandb.mode={self.mode!r} must be one of {', '.join(WANDB_MODES)}")])
 
 
-@dataclass
-class PretrainConfig:
-    """Top level of `pretrain.py`."""
-
-    name: str = "${arch.name}"  # the run's directory: <output_dir>/<name>/<timestamp>
-    budget: float = 24.0  # GPU-hours; under torchrun the wall-clock budget is budget / world size
-    budget_scaling: str = "none"  # none | peak: run for the time that matches the profile's peak FLOPs x budget
-    resume: Optional[str] = None  # a checkpoint dir, a run dir, or "latest"
-    # true: check the run, read the data source's first records, try one microbatch and print the plan, then
-    # exit (0: it would start cleanly; 2: every problem listed); nothing is prepared, trained or written
-    preflight: bool = False
-    output_dir: str = "outputs"
-    cache_dir: str = "${oc.env:CRAMMING_CACHE,'~/.cache/cramming'}"
-    arch: ModelConfig = MISSING
-    data: DataConfig = MISSING
-    train: TrainConfig = MISSING
-    gpu: GpuProfile = MISSING
-    impl: ImplConfig = field(default_factory=ImplConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
-    wandb: WandbConfig = MISSING
-    eval: Optional[GlueConfig] = None  # eval=glue: fine-tune and score on GLUE after pretraining (outside the budget)
-
-    def check(self) -> None:
-        """Each part's own values, what spans parts and the end-of-run GLUE's, then (on values that hold) the
-        techniques': every problem."""
-        problems = problems_of(
-            self.data.check, self._check_top_level, self.train.check, self.impl.check, self._check_across_parts,
-            self.checkpoint.check, self.logging.check, self.wandb.check,
-            *([self._eval_config().check] if self.eval is not None else []))
-        raise_problems(problems or problems_of(lambda: check_techniques(self)))
-
-    def _check_top_level(self) -> None:
-        if not self.resume:  # a resume goes on in its run's own folder, whatever its name (see cli.resume)
-            check_run_name(self.name)
-        require([(math.isfinite(self.budget) and self.budget > 0,
-                  f"budget={self.budget} must be a positive number (GPU-hours)"),
-                 (self.budget_scaling in BUDGET_SCALINGS,
-                  f"budget_scaling={self.budget_scaling!r} must be none or peak")])
-
-    def _check_across_parts(self) -> None:
-        arch, train = as_model_config(self.arch), self.train
-        masked = round(train.mlm_rate * self.data.seq_length)
-        require([
-            (not self.impl.deterministic or train.progress == "steps",
-             "impl.deterministic=true needs train.progress=steps (e.g. train=steps): a budget-driven schedule follows "
-             "the wall clock, which no two runs share"),
-            (0 < train.mlm_rate < 1 and 1 <= masked < self.data.seq_length,
-             f"train.mlm_rate={train.mlm_rate} must mask 1 to {self.data.seq_length - 1} of {self.data.seq_length} "
-             "tokens"),
-            (self.data.seq_length <= arch.max_position_embeddings,
-             f"data.seq_length={self.data.seq_length} exceeds arch.max_position_embeddings="
-             f"{arch.max_position_embeddings}"),
-            (train.validation.early_stop_fraction is None or self.data.validation_rows > 0,
-             "train.validation.early_stop_* needs a validation slice: data.validation_rows is 0"),
-        ])
-
-    def _eval_config(self) -> GlueConfig:
-        return as_glue_config(self.eval)
-
-
-def check_pretrain_config(cfg) -> None:
-    """Every value of a composed pretraining config in its domain, before any data is prepared."""
-    (cfg if isinstance(cfg, PretrainConfig) else OmegaConf.to_object(cfg)).check()
-
-
 ConfigStore.instance().store(group="train", name="schema", node=TrainConfig)
 ConfigStore.instance().store(group="wandb", name="schema", node=WandbConfig)
-ConfigStore.instance().store(name="pretrain_schema", node=PretrainConfig)

@@ -1,4 +1,4 @@
-"""pretrain(cfg): set up outside the budget, train under it, leave the run's record.
+"""train(cfg): set up outside the budget, train under it, leave the run's record.
 
 The trainer only composes. Set-up: settings, data, model, optimizer, resume, microbatch, run directory.
 Training: the loop (train.loop) runs the step (cramming.gradient_step) under the stopping rule and the schedules, and
@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from omegaconf import OmegaConf
@@ -33,7 +33,6 @@ from cramming.train.callbacks import Callback, CallbackList, TrainState
 from cramming.train.progress import Progress
 from cramming.train.checkpoint import (Checkpointer, Heartbeat, NonFiniteWeightsError, charge_lost_time,
                                        check_resumed_model, load_state, restore, resume_fingerprint)
-from cramming.train.config import check_pretrain_config
 from cramming.train.distributed import Distributed, NodeHandoff
 from cramming.train.loop import Schedule, count_microbatch, counted_finite, run_loop
 from cramming.train.metrics import (MetricsLog, MetricsLogger, ProgressBar, WandbLogger, format_duration,
@@ -53,34 +52,30 @@ from cramming.train.validation import Validation
 log = logging.getLogger("pretrain")
 
 
-def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
-    """Train under the budget; returns the run directory (with checkpoints/final on success).
+def train(cfg, callbacks: Sequence[Callback] = (), zero_shot: Callable | None = None) -> "Trained":
+    """Train under the budget a config checked whole (cramming.pretraining.check_pretrain_config); returns the
+    finished training, its run directory with checkpoints/final, and on rank 0 its W&B run still open for what
+    runs after it (cramming.pretraining: GLUE).
 
     callbacks: components acting at the loop's named points (cramming.train.callbacks), called in order after
     the techniques the config switches on (cramming.train.techniques).
+    zero_shot: what builds the zero-shot probe (dataset, tokenizer, BLiMP pairs, bits rows), needed when
+    train.validation.zero_shot is on; the probe is evaluation's (cramming.eval.probe), handed in from above.
 
-    Under torchrun only training is collective: the data is prepared before the process group exists, and
-    GLUE (eval=glue) runs on rank 0 after it is gone, so no rank waits in a collective on either
-    (cramming.train.distributed).
+    Under torchrun only training is collective: the data is prepared before the process group exists, and the
+    group is gone when this returns, so no rank waits in a collective on either (cramming.train.distributed).
     """
-    check_pretrain_config(cfg)
+    if cfg.train.validation.zero_shot and zero_shot is None:
+        raise ValueError("train.validation.zero_shot is on: pass zero_shot (cramming.pretraining.pretrain does)")
     torch.compiler.reset()  # compile afresh: earlier runs in this process may have spent dynamo's recompile limit
     dist = Distributed.from_env()
     if not dist.is_main:  # rank 0 tells the story once; the other ranks speak up only with a warning
         log.setLevel(logging.WARNING)
-    trained = None
     try:
-        try:
-            with deterministic_algorithms(cfg.impl.deterministic), RunStart(STARTED_RUN_FILES) as start:
-                trained = _pretrain(cfg, dist, list(callbacks), start)
-        finally:
-            dist.close()  # after an error; a finished training has left the group already
-        if cfg.eval is not None and dist.is_main:
-            _evaluate_on_glue(cfg, trained.run_dir, trained.summary, trained.wandb)
+        with deterministic_algorithms(cfg.impl.deterministic), RunStart(STARTED_RUN_FILES) as start:
+            return _train(cfg, dist, list(callbacks), zero_shot, start)
     finally:
-        if trained is not None and trained.wandb is not None:
-            trained.wandb.finish(failed=trained.stop_reason not in ("budget", "max_steps"))
-    return trained.run_dir
+        dist.close()  # after an error; a finished training has left the group already
 
 
 @dataclasses.dataclass
@@ -88,6 +83,7 @@ class Trained:
     """A finished training: where it lives, and on rank 0 its summary and its W&B run, still open for GLUE."""
 
     run_dir: Path
+    is_main: bool  # rank 0 (or the only process)
     stop_reason: str
     summary: dict | None
     wandb: WandbLogger | None
@@ -97,7 +93,8 @@ class Trained:
 STARTED_RUN_FILES = (CONFIG_FILE, "wandb", "metrics.jsonl")
 
 
-def _pretrain(cfg, dist: Distributed, callbacks: list[Callback], start: RunStart) -> Trained:
+def _train(cfg, dist: Distributed, callbacks: list[Callback], zero_shot: Callable | None,
+           start: RunStart) -> Trained:
     started = time.perf_counter()
     settings = resolve_settings(cfg, dist.local_rank)
     techniques = build_techniques(cfg, RunContext(settings.device, settings.compile, settings.precision.name,
@@ -167,7 +164,7 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback], start: RunStart
     stopping = StoppingRule(cfg.train.progress, cfg.train.max_steps, clock)
     schedule = Schedule(cfg.train, sequences)
     agreement = rank_agreement(stopping, dist, cfg.train.check_nonfinite_every, settings.device, schedule.accumulate)
-    validation = _validation(cfg, dataset, tokenizer, settings, dist, agreement)
+    validation = _validation(cfg, dataset, tokenizer, settings, dist, agreement, zero_shot)
     # techniques, then the validation curve, then the record of both; their state rides in checkpoints
     recorded = CallbackList([*techniques, *callbacks, *validation, *([logger] if logger else [])])
     if saved:
@@ -229,11 +226,11 @@ def _pretrain(cfg, dist: Distributed, callbacks: list[Callback], start: RunStart
         if wandb is not None:
             wandb.finish(failed=True)
         raise
-    return Trained(run_dir, stop_reason, summary, wandb)
+    return Trained(run_dir, dist.is_main, stop_reason, summary, wandb)
 
 
 def _validation(cfg, dataset: PreparedDataset, tokenizer, settings: Settings, dist: Distributed,
-                agreement: LocalAgreement) -> list[Callback]:
+                agreement: LocalAgreement, zero_shot: Callable | None) -> list[Callback]:
     """The validation curve (and the zero-shot probe with it), where the dataset holds rows out for it."""
     if not dataset.held_out_rows:
         log.info("validation: off (data.validation_rows=0)")
@@ -245,9 +242,7 @@ def _validation(cfg, dataset: PreparedDataset, tokenizer, settings: Settings, di
              f"; early stop above loss {early[1]} from {100 * early[0]:.0f}%" if early else "")
     probe = None
     if rule.zero_shot:
-        from cramming.eval.probe import ZeroShotProbe
-
-        probe = ZeroShotProbe(dataset, tokenizer, rule.blimp_pairs, rule.bits_rows)
+        probe = zero_shot(dataset, tokenizer, rule.blimp_pairs, rule.bits_rows)
         log.info("zero-shot at each validation: %s (train.validation.zero_shot=false turns it off)", probe.describe())
     return [Validation(dataset, cfg.train.mlm_rate, settings.precision, dist, agreement, list(rule.fractions), early,
                        probe)]
@@ -308,15 +303,3 @@ def _leave_record(facts: RunFacts, run_dir: Path, logger: MetricsLogger, wandb: 
     wandb.summary(summary, prefix="summary/")
     log.info("summary: %s; plots: %s", run_dir / "summary.json", run_dir / "plots")
     return summary
-
-
-def _evaluate_on_glue(cfg, run_dir: Path, summary: dict, wandb: WandbLogger) -> None:
-    """eval=glue: score the final checkpoint on GLUE (outside the budget); the score joins the summary."""
-    from cramming.eval.run import run_glue
-
-    log.info("GLUE evaluation of the final checkpoint (outside the budget)")
-    results = run_glue(cfg.eval, run_dir / "checkpoints" / FINAL, run_dir / "glue")
-    summary["glue_score"] = results["glue_score"]
-    write_summary(run_dir / "summary.json", summary)
-    wandb.summary({"score": results["glue_score"], **{f"{split}/{metric}": value for split, scores
-                   in results["scores"].items() for metric, value in scores.items()}}, prefix="glue/")

@@ -21,7 +21,7 @@ from cramming.bench.gpu_suite import read_outcomes
 from cramming.bench.inspect import sdpa_kernel_used
 from cramming.errors import CrammingError
 from cramming.train.stopping import Interrupted
-from cramming.train.trainer import pretrain
+from cramming.pretraining import pretrain
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT, SHARED_DATA
 from tests.gpu.conftest import assert_a_budget_run
@@ -170,7 +170,7 @@ def test_bad_settings_are_one_line(tmp_path, setting, message):
 def test_the_cram_stages_shards_may_be_a_glob_with_brackets(tmp_path):
     """data_files='shards/train-00[01].txt.gz' (two shards, as a short GPU slot carries) reaches the
     pretraining config as it was given: unquoted, Hydra's grammar read the brackets and refused it."""
-    from cramming.train.config import PretrainConfig  # noqa: F401  (registers the schemas pretrain.yaml names)
+    from cramming.pretraining import PretrainConfig  # noqa: F401  (registers the schemas pretrain.yaml names)
 
     cfg = GpuCheckConfig(stage="cram", device="cpu", data_files="shards/train-00[01].txt.gz")
     composed = compose_command("pretrain", gpu_check.cram_overrides(cfg, tmp_path / "a,b"))

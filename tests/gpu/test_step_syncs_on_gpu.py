@@ -7,7 +7,7 @@ import torch
 
 from cramming.gradient_step import Step
 from cramming.train.callbacks import Callback
-from cramming.train.trainer import pretrain
+from cramming.pretraining import pretrain
 from tests.gpu.conftest import STEPS, TINY_GPU_RUN, summary
 from tests.train.runs import compose_config
 

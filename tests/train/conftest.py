@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from cramming.train.trainer import pretrain
+from cramming.pretraining import pretrain
 from tests.train.runs import STEP_RUN, compose_config
 
 

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 
 from cramming import as_group_choices
 from cramming.train.callbacks import Callback
-from cramming.train.config import PretrainConfig  # noqa: F401  (registers the schemas)
+from cramming.pretraining import PretrainConfig  # noqa: F401  (registers the schemas)
 from tests.conftest import REPO_ROOT
 
 # The zero-shot probe (on by default) adds seconds to every validation and changes nothing training computes

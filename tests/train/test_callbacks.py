@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from cramming.train.callbacks import Callback, CallbackList
-from cramming.train.trainer import pretrain
+from cramming.pretraining import pretrain
 from tests.train.runs import STEP_RUN, InterruptAt, compose_config, records
 
 def config(*overrides: str):

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from cramming.train.trainer import pretrain
+from cramming.pretraining import pretrain
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT
 from tests.train.runs import STEP_RUN, compose_config

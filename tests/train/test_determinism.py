@@ -5,7 +5,7 @@ import torch
 from safetensors.torch import load_file
 
 from cramming.errors import CrammingError
-from cramming.train.trainer import pretrain
+from cramming.pretraining import pretrain
 from tests.train.runs import STEP_RUN, compose_config, records
 
 

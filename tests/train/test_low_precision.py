@@ -17,7 +17,7 @@ from cramming.runtime import set_lr
 from cramming.train.checkpoint import finite_optimizer_state
 from cramming.train.techniques.fp8 import convert_to_fp8, fp8_problem
 from cramming.train.optimizers import build_pretraining_optimizer
-from cramming.train.trainer import pretrain
+from cramming.pretraining import pretrain
 from tests.model.conftest import arch_config, mlm_batch
 from tests.test_bad_inputs import run_command
 from tests.train.runs import NO_PROBE, STEP_RUN, compose_config, records

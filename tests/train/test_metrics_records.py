@@ -3,7 +3,7 @@ and what the last, budget-cut step says about its smaller batch; the run line's 
 
 import logging
 
-from cramming.train.trainer import pretrain
+from cramming.pretraining import pretrain
 from tests.train.runs import STEP_RUN, TINY_RUN, compose_config, records
 
 

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from cramming import CONFIG_DIR
 from cramming.runtime import LR_SCHEDULES
 from cramming.train.optimizers import optimizers
-from cramming.train.trainer import pretrain
+from cramming.pretraining import pretrain
 from tests.train.runs import NO_PROBE, STEP_RUN, InterruptAt, compose_config, records, summary
 
 

@@ -20,7 +20,7 @@ import cramming
 from cramming.cli.groups import replaced_choices
 from cramming.errors import CrammingError
 from cramming.train.callbacks import Callback
-from cramming.train.trainer import pretrain as pretrain_in_process
+from cramming.pretraining import pretrain as pretrain_in_process
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT
 from tests.train.runs import NO_PROBE, STEP_RUN, TINY_RUN, InterruptAt, compose_config, only_run, records, summary

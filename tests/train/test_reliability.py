@@ -24,7 +24,7 @@ from cramming.model.checkpoint import read_weights
 from cramming.train import checkpoint
 from cramming.train.callbacks import Callback
 from cramming.train.stopping import Interrupted
-from cramming.train.trainer import pretrain
+from cramming.pretraining import pretrain
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT
 from tests.train.runs import STEP_RUN, InterruptAt, compose_config, copy_run, only_run, records, summary

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from cramming.runs import run_configs
-from cramming.train.trainer import pretrain as pretrain_in_process
+from cramming.pretraining import pretrain as pretrain_in_process
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT
 from tests.train.runs import STEP_RUN, TINY_RUN, compose_config, copy_run, only_run, records, summary

@@ -8,7 +8,7 @@ from cramming.bench.host_sync import HostSyncError, no_host_sync
 from cramming.errors import CrammingError
 from cramming.gradient_step import Step
 from cramming.train.callbacks import Callback
-from cramming.train.trainer import pretrain
+from cramming.pretraining import pretrain
 from tests.train.runs import STEP_RUN, TINY_RUN, compose_config, only_run, records, summary
 
 

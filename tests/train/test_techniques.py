@@ -29,7 +29,7 @@ from cramming.train.techniques.sophia import SophiaG, SophiaHessian
 from cramming.train.techniques.sparsity import Sparsity, gradual_density, magnitude_mask, two_of_four_mask
 from cramming.train.techniques.stacking import Stacking
 from cramming.train.techniques.z_loss import z_penalty
-from cramming.train.trainer import pretrain
+from cramming.pretraining import pretrain
 from tests.conftest import REPO_ROOT
 from tests.test_bad_inputs import run_command
 from tests.train.runs import NO_PROBE, STEP_RUN, InterruptAt, compose_config, records, summary

@@ -15,7 +15,7 @@ from cramming.data.prepare import prepare_dataset
 from cramming.model import build_mlm_model
 from cramming.train.metrics import ProgressBar, use_bar
 from cramming.train.stopping import BudgetClock, StoppingRule
-from cramming.train.trainer import pretrain
+from cramming.pretraining import pretrain
 from cramming.train.validation import validate
 from tests.train.runs import NO_PROBE, STEP_RUN, compose_config, only_run, records, summary
 

@@ -1,0 +1,127 @@
+"""Pretraining as the `pretrain.py` job: its config (the top level, holding the model, the data, the training
+and the end-of-run GLUE), checked whole; the training (cramming.train); then what runs after it, outside the
+budget: GLUE fine-tuning of the final checkpoint (eval=glue). It sits above training and evaluation, so that
+neither imports the other: the zero-shot probe at the validation points is evaluation's, handed to the trainer
+from here."""
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+from cramming.data.config import DataConfig
+from cramming.errors import problems_of, raise_problems, require
+from cramming.eval.config import GlueConfig, as_glue_config
+from cramming.eval.probe import ZeroShotProbe
+from cramming.hardware import GpuProfile
+from cramming.model.config import ModelConfig, as_model_config
+from cramming.runs import FINAL, check_run_name
+from cramming.train.callbacks import Callback
+from cramming.train.config import CheckpointConfig, ImplConfig, LoggingConfig, TrainConfig, WandbConfig
+from cramming.train.summary import write_summary
+from cramming.train.techniques import check_techniques
+from cramming.train.trainer import Trained, train
+
+BUDGET_SCALINGS = ("none", "peak")  # cramming.hardware.budget_seconds
+
+log = logging.getLogger("pretrain")
+
+
+@dataclass
+class PretrainConfig:
+    """Top level of `pretrain.py`."""
+
+    name: str = "${arch.name}"  # the run's directory: <output_dir>/<name>/<timestamp>
+    budget: float = 24.0  # GPU-hours; under torchrun the wall-clock budget is budget / world size
+    budget_scaling: str = "none"  # none | peak: run for the time that matches the profile's peak FLOPs x budget
+    resume: Optional[str] = None  # a checkpoint dir, a run dir, or "latest"
+    # true: check the run, read the data source's first records, try one microbatch and print the plan, then
+    # exit (0: it would start cleanly; 2: every problem listed); nothing is prepared, trained or written
+    preflight: bool = False
+    output_dir: str = "outputs"
+    cache_dir: str = "${oc.env:CRAMMING_CACHE,'~/.cache/cramming'}"
+    arch: ModelConfig = MISSING
+    data: DataConfig = MISSING
+    train: TrainConfig = MISSING
+    gpu: GpuProfile = MISSING
+    impl: ImplConfig = field(default_factory=ImplConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    wandb: WandbConfig = MISSING
+    eval: Optional[GlueConfig] = None  # eval=glue: fine-tune and score on GLUE after pretraining (outside the budget)
+
+    def check(self) -> None:
+        """Each part's own values, what spans parts and the end-of-run GLUE's, then (on values that hold) the
+        techniques': every problem."""
+        problems = problems_of(
+            self.data.check, self._check_top_level, self.train.check, self.impl.check, self._check_across_parts,
+            self.checkpoint.check, self.logging.check, self.wandb.check,
+            *([self._eval_config().check] if self.eval is not None else []))
+        raise_problems(problems or problems_of(lambda: check_techniques(self)))
+
+    def _check_top_level(self) -> None:
+        if not self.resume:  # a resume goes on in its run's own folder, whatever its name (see cli.resume)
+            check_run_name(self.name)
+        require([(math.isfinite(self.budget) and self.budget > 0,
+                  f"budget={self.budget} must be a positive number (GPU-hours)"),
+                 (self.budget_scaling in BUDGET_SCALINGS,
+                  f"budget_scaling={self.budget_scaling!r} must be none or peak")])
+
+    def _check_across_parts(self) -> None:
+        arch, train = as_model_config(self.arch), self.train
+        masked = round(train.mlm_rate * self.data.seq_length)
+        require([
+            (not self.impl.deterministic or train.progress == "steps",
+             "impl.deterministic=true needs train.progress=steps (e.g. train=steps): a budget-driven schedule follows "
+             "the wall clock, which no two runs share"),
+            (0 < train.mlm_rate < 1 and 1 <= masked < self.data.seq_length,
+             f"train.mlm_rate={train.mlm_rate} must mask 1 to {self.data.seq_length - 1} of {self.data.seq_length} "
+             "tokens"),
+            (self.data.seq_length <= arch.max_position_embeddings,
+             f"data.seq_length={self.data.seq_length} exceeds arch.max_position_embeddings="
+             f"{arch.max_position_embeddings}"),
+            (train.validation.early_stop_fraction is None or self.data.validation_rows > 0,
+             "train.validation.early_stop_* needs a validation slice: data.validation_rows is 0"),
+        ])
+
+    def _eval_config(self) -> GlueConfig:
+        return as_glue_config(self.eval)
+
+
+def check_pretrain_config(cfg) -> None:
+    """Every value of a composed pretraining config in its domain, before any data is prepared."""
+    (cfg if isinstance(cfg, PretrainConfig) else OmegaConf.to_object(cfg)).check()
+
+
+ConfigStore.instance().store(name="pretrain_schema", node=PretrainConfig)
+
+
+def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
+    """Check the config, train under the budget, then (eval=glue, on rank 0) score the final checkpoint on GLUE;
+    returns the run directory (with checkpoints/final on success). callbacks: as cramming.train.trainer.train."""
+    check_pretrain_config(cfg)
+    trained = train(cfg, callbacks, zero_shot=ZeroShotProbe)
+    try:
+        if cfg.eval is not None and trained.is_main:
+            evaluate_on_glue(cfg, trained)
+    finally:
+        if trained.wandb is not None:
+            trained.wandb.finish(failed=trained.stop_reason not in ("budget", "max_steps"))
+    return trained.run_dir
+
+
+def evaluate_on_glue(cfg, trained: Trained) -> None:
+    """eval=glue: score the final checkpoint on GLUE (outside the budget); the score joins the summary."""
+    from cramming.eval.run import run_glue  # here: fine-tuning's imports (transformers) cost seconds at every start
+
+    run_dir, summary = trained.run_dir, trained.summary
+    log.info("GLUE evaluation of the final checkpoint (outside the budget)")
+    results = run_glue(cfg.eval, run_dir / "checkpoints" / FINAL, run_dir / "glue")
+    summary["glue_score"] = results["glue_score"]
+    write_summary(run_dir / "summary.json", summary)
+    trained.wandb.summary({"score": results["glue_score"], **{f"{split}/{metric}": value for split, scores
+                           in results["scores"].items() for metric, value in scores.items()}}, prefix="glue/")

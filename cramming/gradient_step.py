@@ -2,8 +2,9 @@
 and the benchmark's timed step (cramming.bench.timing) all run `Step`, so a speed figure times what training
 runs, and a technique that changes the step (SAM) changes it for all three.
 
-Its mechanics are the functions below: `backward` per microbatch, then `gradient_norm` (unscale, measure,
-clip) and `apply_update` (which a non-finite step skips, on the device with a fused optimizer).
+Its mechanics are the functions below: the precision policy a step runs under (`Precision`: autocast, loss
+scaler), `backward` per microbatch, then `gradient_norm` (unscale, measure, clip) and `apply_update` (which a
+non-finite step skips, on the device with a fused optimizer).
 """
 
 import contextlib
@@ -14,7 +15,38 @@ from typing import Any, Callable, Iterator, NamedTuple
 import torch
 
 from cramming.data.stream import SAMPLE_KEYS
-from cramming.runtime import Precision
+from cramming.errors import CrammingError
+from cramming.hardware import DTYPES
+
+
+@dataclass(frozen=True)
+class Precision:
+    """fp32, or bf16/fp16 autocast on the GPU; fp16 with a loss scaler (its range is too small without)."""
+
+    name: str  # fp32 | bf16 | fp16
+    device_type: str  # cpu | cuda
+
+    @classmethod
+    def resolve(cls, name: str, device: torch.device, key: str) -> "Precision":
+        """`auto` means bf16 on GPUs that have it, else fp16; fp32 on the CPU."""
+        if name == "auto":
+            name = "fp32" if device.type == "cpu" else "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        if name not in DTYPES:
+            raise CrammingError(f"{key}={name!r} must be auto, {', '.join(DTYPES)}")
+        return cls(name, device.type)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return DTYPES[self.name]
+
+    def autocast(self):
+        if self.name == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+    def grad_scaler(self) -> torch.amp.GradScaler:
+        """A pass-through scaler unless fp16: call scale/unscale_/step/update the same way in every precision."""
+        return torch.amp.GradScaler(self.device_type, enabled=self.name == "fp16")
 
 
 def backward(model: torch.nn.Module, batch: dict, precision: Precision, scaler: torch.amp.GradScaler, *,

@@ -1,4 +1,5 @@
-"""GPU profiles: what a budget means on a given card (peak FLOP/s, precision, memory, defaults) and MFU."""
+"""GPU profiles: what a budget means on a given card (peak FLOP/s, precision, memory, defaults) and MFU; the
+number formats a card computes in (DTYPES), by the names every setting uses."""
 
 import logging
 from dataclasses import dataclass, field
@@ -9,9 +10,10 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from cramming.errors import CrammingError
-from cramming.runtime import DTYPES
 
 log = logging.getLogger(__name__)
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass

@@ -16,7 +16,7 @@ import torch
 from hydra.core.global_hydra import GlobalHydra
 
 from cramming.cli import benchmark, calculator, eval_glue, gpu_check, pretrain
-from cramming.runtime import prepare_device, resolve_device
+from cramming.device import prepare_device, resolve_device
 from tests.eval.conftest import make_checkpoint
 
 

@@ -7,12 +7,13 @@ import torch
 from omegaconf import OmegaConf
 
 from cramming import CONFIG_DIR, compose_config
+from cramming.adamw import build_optimizer, recipe_adamw
 from cramming.bench.host_sync import no_host_sync
 from cramming.bench.timing import TimedStep
 from cramming.data.mlm import synthetic_mlm_batch
 from cramming.gradient_step import apply_update, backward, gradient_finite, gradient_norm, skips_on_device
+from cramming.gradient_step import Precision
 from cramming.model import ModelConfig, build_mlm_model
-from cramming.runtime import Precision, build_optimizer, recipe_adamw
 from cramming.train.optimizers import build_pretraining_optimizer
 
 TINY = ModelConfig(name="tiny", num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64)

@@ -24,12 +24,13 @@ from cramming.bench.timing import TimedStep
 from cramming.bench.variants import check_variants, variant_step
 from cramming.data.mlm import synthetic_mlm_batch
 from cramming.data.tokenizer import SPECIAL_TOKENS
+from cramming.device import prepare_device, resolve_device
 from cramming.errors import CrammingError
-from cramming.hardware import known_profiles, matching_profile, model_flops_utilization
+from cramming.gradient_step import Precision
+from cramming.hardware import DTYPES, known_profiles, matching_profile, model_flops_utilization
 from cramming.model import ModelConfig, build_mlm_model, training_flops_per_token
 from cramming.model.config import as_model_config
 from cramming.provenance import cpu_model
-from cramming.runtime import DTYPES, Precision, prepare_device, resolve_device
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")

@@ -25,16 +25,17 @@ import torch
 
 from cramming.data.config import NormalizeConfig, TokenizerConfig
 from cramming.data.tokenizer import as_transformers_tokenizer, train_tokenizer
+from cramming.device import prepare_device, resolve_device
 from cramming.errors import CrammingError, exit_on_user_error
 from cramming.eval.batching import subset
 from cramming.eval.config import GlueConfig
 from cramming.eval.encoders import open_encoder
 from cramming.eval.finetune import evaluate, finetune
 from cramming.eval.tasks.registry import task_named
+from cramming.gradient_step import Precision
 from cramming.model import ModelConfig, build_mlm_model
 from cramming.model.checkpoint import save_pretrained
 from cramming.model.crammed_bert import Encoder
-from cramming.runtime import Precision, prepare_device, resolve_device
 
 TASKS = ("rte", "mrpc")
 SIZES = {"gpu": (800, 3), "cpu": (200, 2)}  # --examples, --repeats when left out

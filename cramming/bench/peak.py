@@ -9,8 +9,8 @@ import time
 
 import torch
 
+from cramming.hardware import DTYPES
 from cramming.model import ModelConfig
-from cramming.runtime import DTYPES
 
 Shape = tuple[int, int, int]  # (M, K, N): an (M, K) by (K, N) product
 

@@ -2,7 +2,7 @@
 clipping), the non-finite check and the update.
 
 The trainer's own step (cramming.gradient_step.Step) with its precision policy and the recipe's AdamW
-(cramming.runtime), without data loading: what the benchmark compares, the calculator's speed fit measures
+(cramming.adamw), without data loading: what the benchmark compares, the calculator's speed fit measures
 and its `check` verifies. With techniques (the benchmark's variants), the step they make of it.
 """
 
@@ -13,11 +13,12 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
+from cramming.adamw import recipe_adamw
 from cramming.data.mlm import synthetic_mlm_batch
-from cramming.gradient_step import Step, StepState
+from cramming.device import prepare_device, resolve_device
+from cramming.gradient_step import Precision, Step, StepState
 from cramming.model import ModelConfig, build_mlm_model
 from cramming.model.checkpoint import unwrap
-from cramming.runtime import Precision, prepare_device, recipe_adamw, resolve_device
 
 
 def tensor_bytes(tensor: torch.Tensor) -> int:

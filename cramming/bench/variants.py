@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 from cramming import compose_config
 from cramming.bench.timing import TimedStep
 from cramming.errors import CrammingError
+from cramming.gradient_step import Precision
 from cramming.model import ModelConfig, build_mlm_model
-from cramming.runtime import Precision
 from cramming.train.techniques import TECHNIQUES, RunContext, build_techniques, prepare_model, variant_overrides
 
 

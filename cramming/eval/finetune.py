@@ -9,13 +9,14 @@ from typing import Callable
 import numpy as np
 import torch
 
+from cramming.adamw import build_optimizer
 from cramming.errors import CrammingError
 from cramming.eval import metrics
 from cramming.eval.batching import EncodedSplit, collate, evaluation_batches, training_batches
 from cramming.eval.config import GlueConfig
 from cramming.eval.tasks.base import DataMissing
-from cramming.gradient_step import Step, StepState
-from cramming.runtime import Precision, build_optimizer, lr_multiplier
+from cramming.gradient_step import Precision, Step, StepState
+from cramming.schedules import lr_multiplier
 
 log = logging.getLogger(__name__)
 

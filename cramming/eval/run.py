@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import torch
 
+from cramming.device import prepare_device, resolve_device
 from cramming.errors import CrammingError
 from cramming.eval.batching import subset
 from cramming.eval.config import GlueConfig, as_glue_config, protocol_deviations
@@ -22,8 +23,8 @@ from cramming.eval.tasks.base import DataMissing, Task, TaskData
 from cramming.eval.tasks.glue import PROTOCOL_NUMBERS, glue_average
 from cramming.eval.tasks.registry import requested_tasks
 from cramming.eval.tasks.superglue import SCORE_METRICS, SuperGlueTask, superglue_score
+from cramming.gradient_step import Precision
 from cramming.provenance import provenance
-from cramming.runtime import Precision, prepare_device, resolve_device
 
 log = logging.getLogger(__name__)
 

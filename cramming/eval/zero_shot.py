@@ -64,9 +64,9 @@ def check(cfg: ZeroShotConfig) -> None:
 
 def run_zero_shot(cfg: ZeroShotConfig, checkpoint: str, output_dir: str | Path) -> dict:
     """Score `checkpoint` (our checkpoint directory or hf:...) on BLiMP and bits per character; write the reports."""
+    from cramming.device import prepare_device, resolve_device
     from cramming.eval.masked_lm import open_masked_lm
     from cramming.provenance import provenance
-    from cramming.runtime import prepare_device, resolve_device
 
     check(cfg)
     device = resolve_device(cfg.device, "device")
@@ -117,8 +117,8 @@ def time_blimp(checkpoint: str, blimp_dir: str | None, device: str = "auto", pai
                method: str = DEFAULT_METHOD, batch_size: int = 256) -> dict:
     """The BLiMP result of a checkpoint (ours or hf:...) with its time (seconds, rows_per_s), and nothing written:
     for a benchmark such as the GPU check (the whole of BLiMP with pairs_per_paradigm=None)."""
+    from cramming.device import prepare_device, resolve_device
     from cramming.eval.masked_lm import open_masked_lm
-    from cramming.runtime import prepare_device, resolve_device
 
     check_method(method)
     resolved = resolve_device(device, "device")

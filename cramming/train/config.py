@@ -13,7 +13,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from cramming.errors import require
-from cramming.runtime import check_lr_schedule
+from cramming.schedules import check_lr_schedule
 from cramming.train.techniques import settings_under
 
 WANDB_MODES = ("disabled", "offline", "online")
@@ -115,7 +115,7 @@ class ValidationConfig:
 class TrainConfig:
     name: str = MISSING
     optim: OptimConfig = field(default_factory=OptimConfig)
-    # lr multiplier of the progress fraction f (cramming.runtime.lr_multiplier): triangle = min(0.25 + f,
+    # lr multiplier of the progress fraction f (cramming.schedules.lr_multiplier): triangle = min(0.25 + f,
     # 4 - 4f) (the crammed recipe), constant, linear (1 - f), cosine (warm-up over warmup_fraction, then to
     # 0), wsd, one-cycle, inverse-sqrt
     lr_schedule: str = "triangle"

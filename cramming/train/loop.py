@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from cramming.gradient_step import Step
-from cramming.runtime import accumulation_steps, lr_multiplier, set_lr
+from cramming.schedules import accumulation_steps, lr_multiplier, set_lr
 from cramming.train.callbacks import CallbackList, TrainState
 from cramming.train.stopping import LocalAgreement
 

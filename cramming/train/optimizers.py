@@ -2,7 +2,7 @@
 `configs/optim/<name>.yaml`, its name and its defaults, into `train.optim`.
 
 A hyperparameter the optimizer does not use is an error rather than silently ignored (OptimConfig.check).
-Weight decay falls on matrices only for all of them (cramming.runtime.parameter_groups). Implementations come from torch.optim where it has them and from
+Weight decay falls on matrices only for all of them (cramming.adamw.parameter_groups). Implementations come from torch.optim where it has them and from
 pytorch-optimizer (LAMB, Lion, Muon with its AdamW groups) otherwise, and torchao's AdamW8bit (CUDA only);
 a technique may bring more (its `optimizers`: Sophia's). docs/ablations.md says what each does.
 """
@@ -13,9 +13,9 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from cramming.adamw import build_optimizer, parameter_groups
 from cramming.errors import CrammingError
 from cramming.model.crammed_bert import encoder_matrices
-from cramming.runtime import build_optimizer, parameter_groups
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def _muon(model, optim):
 def _adamw8bit(model, optim):
     """torchao's AdamW with block-wise 8-bit moments (Dettmers et al. 2022): 2 bytes of state per parameter
     instead of 8. Matrices of 4096 or more values (a multiple of the 256-value block) get 8-bit states, the rest
-    fp32. Its learning rate is a tensor in each group (cramming.runtime.set_lr fills it in place)."""
+    fp32. Its learning rate is a tensor in each group (cramming.schedules.set_lr fills it in place)."""
     from torchao.optim import AdamW8bit
 
     return AdamW8bit(optimizer_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps,

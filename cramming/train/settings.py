@@ -13,11 +13,11 @@ import torch
 from omegaconf import OmegaConf
 
 from cramming.data.mlm import synthetic_mlm_batch
+from cramming.device import resolve_device
 from cramming.errors import CrammingError
 from cramming.files import read_json_object, write_atomically
-from cramming.gradient_step import backward
+from cramming.gradient_step import Precision, backward
 from cramming.hardware import GpuProfile, check_profile, known_profiles, resolve_auto, warn_if_mismatched
-from cramming.runtime import Precision, resolve_device
 from cramming.train.distributed import Distributed
 from cramming.train.techniques import microbatch_key
 

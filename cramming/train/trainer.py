@@ -28,7 +28,7 @@ from cramming.model import build_mlm_model, training_flops_per_token
 from cramming.provenance import config_sha256, provenance
 from cramming.runs import (CONFIG_FILE, FINAL, RunStart, new_run_dir, record_config, resolve_checkpoint,
                            run_of)
-from cramming.runtime import deterministic_algorithms, prepare_device
+from cramming.device import deterministic_algorithms, prepare_device
 from cramming.train.callbacks import Callback, CallbackList, TrainState
 from cramming.train.progress import Progress
 from cramming.train.checkpoint import (Checkpointer, Heartbeat, NonFiniteWeightsError, charge_lost_time,

@@ -13,7 +13,7 @@ import torch
 
 from cramming.data.mlm import IGNORE_INDEX, MLMCollator, PackedRows, labels_at_logits
 from cramming.data.store import PreparedDataset
-from cramming.runtime import Precision
+from cramming.gradient_step import Precision
 from cramming.train.callbacks import Callback, TrainState
 from cramming.train.distributed import Distributed
 from cramming.train.stopping import LocalAgreement

@@ -13,11 +13,11 @@ import torch
 from omegaconf import OmegaConf
 
 from cramming.model import build_mlm_model
-from cramming.runtime import set_lr
-from cramming.train.checkpoint import finite_optimizer_state
-from cramming.train.techniques.fp8 import convert_to_fp8, fp8_problem
-from cramming.train.optimizers import build_pretraining_optimizer
 from cramming.pretraining import pretrain
+from cramming.schedules import set_lr
+from cramming.train.checkpoint import finite_optimizer_state
+from cramming.train.optimizers import build_pretraining_optimizer
+from cramming.train.techniques.fp8 import convert_to_fp8, fp8_problem
 from tests.model.conftest import arch_config, mlm_batch
 from tests.test_bad_inputs import run_command
 from tests.train.runs import NO_PROBE, STEP_RUN, compose_config, records

@@ -83,8 +83,8 @@ def test_the_trial_step_runs_a_real_backward_and_leaves_the_model_as_it_found_it
     """cuda_step reached on the CPU: torch.cuda's memory functions stood in for, asserting the device they get.
     The trial runs the training step's own forward and backward (cramming.gradient_step), then drops the
     gradients; its answer is the peak plus the memory training adds (extra_bytes)."""
+    from cramming.gradient_step import Precision
     from cramming.model import ModelConfig, build_mlm_model
-    from cramming.runtime import Precision
     from cramming.train.settings import cuda_step
 
     seen = []

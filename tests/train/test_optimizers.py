@@ -9,9 +9,9 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from cramming import CONFIG_DIR
-from cramming.runtime import LR_SCHEDULES
-from cramming.train.optimizers import optimizers
 from cramming.pretraining import pretrain
+from cramming.schedules import LR_SCHEDULES
+from cramming.train.optimizers import optimizers
 from tests.train.runs import NO_PROBE, STEP_RUN, InterruptAt, compose_config, records, summary
 
 

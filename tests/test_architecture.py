@@ -1,0 +1,126 @@
+"""The package's import graph: no module imports itself back through others (no circles), and every import
+between parts of the package runs downhill, through the layers docs/architecture.md draws. Every import counts:
+at module level, inside a function, or under TYPE_CHECKING (a circle hidden in a function is still one)."""
+
+import ast
+from pathlib import Path
+
+import cramming
+
+PACKAGE = Path(cramming.__file__).resolve().parent
+
+# The parts of the package from the top down; a part may import those in rows below its own, and itself.
+LAYERS = (
+    ("cli",),
+    ("calculator",),
+    ("ablate", "bench", "golden"),
+    ("preflight",),
+    ("pretraining",),
+    ("train", "eval"),
+    ("gradient_step", "hardware", "model"),
+    ("data", "runtime", "runs", "provenance"),
+    ("cramming",),  # the package's own __init__: its version and where configs/ is
+    ("files", "threads", "library_noise"),
+    ("errors",),
+)
+LAYER_OF = {part: depth for depth, parts in enumerate(LAYERS) for part in parts}
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its own name)."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = ("cramming", *path.relative_to(PACKAGE).with_suffix("").parts)
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the package's modules it imports (`from a.b import c` imports a.b.c if it is a module, else
+    a.b; importing a submodule runs its packages' __init__ too, which counts as importing them)."""
+    known = modules()
+
+    def nearest(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for module, path in known.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], *filter(None, [base])])
+                names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            targets |= {nearest(name) for name in names if name.split(".")[0] == "cramming"}
+        graph[module] = {target for target in targets if target and target != module}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iteratively)."""
+    index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], [0]
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]; counter[0] += 1; stack.append(root); on_stack.add(root)  # noqa: E702
+        while work:
+            node, successors = work[-1]
+            for successor in successors:
+                if successor not in index:
+                    index[successor] = low[successor] = counter[0]; counter[0] += 1  # noqa: E702
+                    stack.append(successor); on_stack.add(successor)  # noqa: E702
+                    work.append((successor, iter(sorted(graph[successor]))))
+                    break
+                if successor in on_stack:
+                    low[node] = min(low[node], index[successor])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop(); on_stack.discard(member); component.append(member)  # noqa: E702
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def part_of(module: str) -> str:
+    """The part a module belongs to: cramming.train.loop -> train, cramming.runs -> runs, cramming -> cramming."""
+    return module.split(".")[1] if "." in module else module
+
+
+def test_no_module_imports_itself_back():
+    assert circles(import_graph()) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_every_import_between_parts_runs_downhill():
+    graph = import_graph()
+    unlisted = sorted({part_of(module) for module in graph} - set(LAYER_OF))
+    assert unlisted == [], f"parts missing from LAYERS (and from docs/architecture.md): {unlisted}"
+    uphill = sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets
+                    if part_of(module) != part_of(target) and LAYER_OF[part_of(target)] <= LAYER_OF[part_of(module)])
+    assert uphill == []
+
+
+def test_training_and_evaluation_do_not_import_each_other():
+    graph = import_graph()
+    across = [f"{module} -> {target}" for module, targets in graph.items() for target in targets
+              if {part_of(module), part_of(target)} == {"train", "eval"}]
+    assert across == []

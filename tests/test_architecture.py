@@ -17,8 +17,8 @@ LAYERS = (
     ("preflight",),
     ("pretraining",),
     ("train", "eval"),
-    ("gradient_step", "hardware", "model"),
-    ("data", "runtime", "runs", "provenance"),
+    ("gradient_step", "model"),
+    ("data", "device", "schedules", "adamw", "hardware", "runs", "provenance"),
     ("cramming",),  # the package's own __init__: its version and where configs/ is
     ("files", "threads", "library_noise"),
     ("errors",),
@@ -124,3 +124,47 @@ def test_training_and_evaluation_do_not_import_each_other():
     across = [f"{module} -> {target}" for module, targets in graph.items() for target in targets
               if {part_of(module), part_of(target)} == {"train", "eval"}]
     assert across == []
+
+
+# What a reader of the step need not open: the callbacks' own bodies (the named points: metrics, checkpoints,
+# validation, techniques), the model (its forward) and the data (a batch's production).
+NOT_THE_STEP = ("cramming/model/", "cramming/data/", "cramming/files.py", "cramming/train/metrics.py",
+                "cramming/train/checkpoint.py", "cramming/train/validation.py", "cramming/train/plots.py",
+                "cramming/train/telemetry.py", "cramming/train/summary.py", "cramming/train/techniques/")
+
+
+def test_a_pretraining_step_reads_in_six_files(tmp_path, monkeypatch):
+    """Every file of the package whose code runs while the loop trains, from run_loop to the optimizer's update,
+    outside NOT_THE_STEP: a reader follows a step through these files and no others."""
+    import sys
+
+    from cramming.pretraining import pretrain
+    from cramming.train import trainer
+    from tests.train.runs import STEP_RUN, compose_config
+
+    files, inside_skipped = set(), [0]
+
+    def profile(frame, event, arg):
+        path = frame.f_code.co_filename
+        if event not in ("call", "return") or f"{PACKAGE}/" not in path:
+            return
+        relative = "cramming/" + path.removeprefix(f"{PACKAGE}/")
+        if event == "return":
+            inside_skipped[0] = max(0, inside_skipped[0] - 1) if inside_skipped[0] else 0
+        elif inside_skipped[0] or relative.startswith(NOT_THE_STEP):
+            inside_skipped[0] += 1
+        else:
+            files.add(relative)
+
+    def profiled_loop(*args, **kwargs):
+        sys.setprofile(profile)
+        try:
+            return run_loop(*args, **kwargs)
+        finally:
+            sys.setprofile(None)
+
+    run_loop = trainer.run_loop
+    monkeypatch.setattr(trainer, "run_loop", profiled_loop)
+    pretrain(compose_config(STEP_RUN + ["train.max_steps=2", f"output_dir={tmp_path}"]))
+    assert files == {"cramming/train/loop.py", "cramming/schedules.py", "cramming/train/callbacks.py",
+                     "cramming/train/stopping.py", "cramming/gradient_step.py", "cramming/train/distributed.py"}

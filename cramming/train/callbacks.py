@@ -13,9 +13,8 @@ from pathlib import Path
 import torch
 
 from cramming.gradient_step import StepState
-from cramming.train.nonfinite import NonFiniteSteps
 from cramming.train.progress import Progress
-from cramming.train.stopping import BudgetClock
+from cramming.train.stopping import BudgetClock, NonFiniteSteps
 
 
 @dataclass(kw_only=True)

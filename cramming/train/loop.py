@@ -33,7 +33,7 @@ class Schedule:
 
 def counted_finite(state: TrainState, loss_finite: torch.Tensor, gradient_finite: torch.Tensor) -> torch.Tensor:
     """Pretraining's judge of a step: skip it when its loss or gradient norm is not finite, and count it on the
-    device, without a host sync (cramming.train.nonfinite)."""
+    device, without a host sync (cramming.train.stopping.NonFiniteSteps)."""
     return state.nonfinite.observe(loss_finite, gradient_finite, state.progress.step + 1)
 
 
@@ -55,7 +55,7 @@ def run_loop(state: TrainState, step: Step, agreement: LocalAgreement, schedule:
         set_lr(state.optimizer, state.lr)
         callbacks.before_step(state)
         step.run(state, state.clock.paused_seconds)
-        if state.nonfinite.due(progress.step + 1):  # may stop a diverged run (cramming.train.nonfinite)
+        if state.nonfinite.due(progress.step + 1):  # may stop a diverged run (stopping.NonFiniteSteps)
             state.nonfinite.settle(progress, progress.step + 1)
         progress.step += 1
         progress.tokens += state.step_microbatches * tokens_per_microbatch

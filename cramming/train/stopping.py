@@ -1,27 +1,40 @@
 """When training stops, and how far along it is (the progress f that drives the schedules), decided alike on
 every rank: the budget clock (wall time spent training, carried across resumes), the signals that ask for a stop
 (Ctrl-C and SIGTERM: the first stops after the current step, with a checkpoint and one line saying how to
-resume; a second exits at once), the stopping rule, and how ranks agree on all of it."""
+resume; a second exits at once), the stopping rule, how ranks agree on all of it, and a diverged run: its
+non-finite steps counted on the device, and what it tells its user (at the end of this file).
+
+Non-finite steps: reading a step's flag as a Python bool makes the host wait for the GPU at every step, which
+then idles while Python launches the next step's kernels. So the step only adds its flag to counters on the
+device; `settle` reads them (one host sync) every `train.check_nonfinite_every` steps, before a metrics record or
+a checkpoint, and at the end. A diverged run therefore stops at the first read after its limit was reached; the
+error still names the step where it was reached, and the updates of the skipped steps in between were never
+applied (the optimizer skips them on the device: cramming.gradient_step).
+"""
 
 import contextlib
+import logging
 import os
 import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import torch
 
 from cramming.errors import CrammingError
-from cramming.train.progress import Progress
 from cramming.train.distributed import Distributed
+from cramming.train.progress import Progress
 
 # Tests (and anyone reproducing a budget-driven run exactly) set this to a number of seconds: the clock then
 # reads simulated time on which every microbatch takes that long, so a run buys the same microbatches on any
 # machine at any load. Read here only; training itself is unchanged.
 SIMULATED_SECONDS_ENV = "CRAMMING_SIMULATED_MICROBATCH_SECONDS"
+
+log = logging.getLogger("pretrain")
 
 
 class BudgetClock:
@@ -239,7 +252,7 @@ class RankAgreement(LocalAgreement):
         pace = self.seconds_per_microbatch
         ahead = float("inf") if pace is None else self.SAFETY * self.every * self.accumulate(elapsed / budget) * pace
         self.near_end = elapsed + ahead >= budget
-        # near the end: the next step; else with the non-finite counts (cramming.train.nonfinite), every `every` steps
+        # near the end: the next step; else with the non-finite counts (NonFiniteSteps, below), every `every` steps
         self.next_read = progress.step + 1 if self.near_end else (progress.step // self.every + 1) * self.every
         return False
 
@@ -250,3 +263,86 @@ def agreement(stopping: StoppingRule, dist: Distributed, every: int, device: tor
     if not dist.enabled:
         return LocalAgreement(stopping)
     return RankAgreement(stopping, dist, every, device, accumulate)
+
+
+# --- a diverged run ----------------------------------------------------------------------------------
+
+
+LOSS, GRADIENT, IN_A_ROW, LIMIT_AT = range(4)  # the counters' slots
+
+
+class NonFiniteLossError(CrammingError):
+    """Too many non-finite steps (loss or gradient norm) in a row: the run stops (after writing its summary)."""
+
+
+class NonFiniteSteps:
+    """Skipped steps since the last read (by cause), the running count in a row, and the first step at which
+    that count reached `limit` (0: not yet); all on the device until `settle`."""
+
+    def __init__(self, limit: int, every: int, device: torch.device, progress: Progress):
+        self.limit, self.every = limit, every
+        self.counts = torch.tensor([0, 0, progress.nonfinite_in_a_row, 0], device=device)  # int64
+        self.read_after_step = progress.step  # the steps after it are not read yet
+        self.limit_at = 0
+
+    def observe(self, loss_finite: torch.Tensor, gradient_finite: torch.Tensor, step_number: int) -> torch.Tensor:
+        """Count step `step_number` (1-based); returns its flag (True: applied), all without a host sync."""
+        finite = loss_finite & gradient_finite
+        in_a_row = (self.counts[IN_A_ROW] + 1) * (~finite)
+        reached = (in_a_row >= self.limit) & (self.counts[LIMIT_AT] == 0)
+        self.counts = torch.stack([
+            self.counts[LOSS] + (~loss_finite),
+            self.counts[GRADIENT] + (loss_finite & ~gradient_finite),
+            in_a_row,
+            torch.where(reached, step_number, self.counts[LIMIT_AT]),
+        ])
+        return finite
+
+    def due(self, step_number: int) -> bool:
+        """Whether the loop reads the counters after step `step_number` (every `every` steps)."""
+        return step_number % self.every == 0
+
+    def settle(self, progress: Progress, through_step: int) -> None:
+        """`read`, then stop a run that reached the limit. Only the loop settles, at the same steps on every
+        rank, so that all ranks stop together."""
+        if self.read(progress, through_step):
+            raise NonFiniteLossError(f"{self.limit} non-finite steps in a row at step {self.limit_at}: the run "
+                                     "diverged and stopped")
+
+    def read(self, progress: Progress, through_step: int) -> bool:
+        """Read the counters into `progress` (steps up to `through_step` have run) and warn about the steps
+        skipped since the last read; True once the limit was reached."""
+        loss, gradient, in_a_row, self.limit_at = self.counts.tolist()
+        first, self.read_after_step = self.read_after_step + 1, through_step
+        self.counts[LOSS:IN_A_ROW] = 0  # the running count in a row goes on
+        progress.nonfinite_total += loss + gradient
+        progress.nonfinite_in_a_row = in_a_row
+        if loss + gradient:
+            log.warning("%s", _skipped_message(first, through_step, loss, gradient, in_a_row))
+        return self.limit_at > 0
+
+
+def _skipped_message(first: int, last: int, loss: int, gradient: int, in_a_row: int) -> str:
+    if first == last:  # read every step: one line per skipped step, as the skip happened
+        cause = "loss" if loss else "gradient norm"
+        return f"step {last}: non-finite {cause}, step skipped ({in_a_row} in a row)"
+    causes = ", ".join(f"{cause}: {count}" for cause, count in (("loss", loss), ("gradient norm", gradient)) if count)
+    skipped = f"{loss + gradient} non-finite step{'s' if loss + gradient > 1 else ''}"
+    return f"steps {first}-{last}: {skipped} skipped ({causes}), {in_a_row} in a row at step {last}"
+
+
+SUSPECT_INIT_STD = 0.2  # ten times the recipe's N(0, 0.02): the logits overflow within the first steps
+RECIPE_INIT_STD = 0.02
+
+
+def resume_advice(last_good: Path | None, cfg) -> str:
+    """An init far above the recipe's is blamed first (a lower lr cannot save it); otherwise the learning
+    rate: from the last good checkpoint with a lower one, or from the start."""
+    init_std = getattr(cfg.arch, "init_std", None)
+    if init_std is not None and init_std >= SUSPECT_INIT_STD:
+        return (f"arch.init_std={init_std:g} is far above the recipe's {RECIPE_INIT_STD} and the likely cause: "
+                "start again with a smaller arch.init_std")
+    if last_good is None:
+        return "no checkpoint was written before it diverged: start again with a lower train.optim.lr"
+    return (f"the last good checkpoint is {last_good}; to go on from it with a lower learning rate, run the same "
+            f"command with resume={last_good} train.optim.lr=<lower>")

@@ -21,6 +21,7 @@ from cramming.data.prepare import prepare_dataset
 from cramming.data.store import PreparedDataset
 from cramming.data.stream import Microbatches
 from cramming.data.tokenizer import as_transformers_tokenizer, load_tokenizer
+from cramming.device import deterministic_algorithms, prepare_device
 from cramming.files import WriteFailed, write_atomically
 from cramming.gradient_step import Step
 from cramming.hardware import budget_seconds
@@ -28,21 +29,19 @@ from cramming.model import build_mlm_model, training_flops_per_token
 from cramming.provenance import config_sha256, provenance
 from cramming.runs import (CONFIG_FILE, FINAL, RunStart, new_run_dir, record_config, resolve_checkpoint,
                            run_of)
-from cramming.device import deterministic_algorithms, prepare_device
 from cramming.train.callbacks import Callback, CallbackList, TrainState
-from cramming.train.progress import Progress
 from cramming.train.checkpoint import (Checkpointer, Heartbeat, NonFiniteWeightsError, charge_lost_time,
                                        check_resumed_model, load_state, restore, resume_fingerprint)
 from cramming.train.distributed import Distributed, NodeHandoff
 from cramming.train.loop import Schedule, count_microbatch, counted_finite, run_loop
 from cramming.train.metrics import (MetricsLog, MetricsLogger, ProgressBar, WandbLogger, format_duration,
                                     use_bar)
-from cramming.train.nonfinite import NonFiniteLossError, NonFiniteSteps, resume_advice
 from cramming.train.optimizers import build_pretraining_optimizer
 from cramming.train.plots import PlotRefresh, plot_run
+from cramming.train.progress import Progress
 from cramming.train.settings import Settings, choose_microbatch, device_profile, resolve_settings
-from cramming.train.stopping import (BudgetClock, Interrupted, LocalAgreement, StoppingRule,
-                                     agreement as rank_agreement, time_source)
+from cramming.train.stopping import (BudgetClock, Interrupted, LocalAgreement, NonFiniteLossError, NonFiniteSteps,
+                                     StoppingRule, agreement as rank_agreement, resume_advice, time_source)
 from cramming.train.summary import RunFacts, build_summary, peak_memory_gb, read_records, write_summary
 from cramming.train.techniques import (RunContext, build_techniques, data_stream, extra_memory, prepare_model,
                                        wrap_optimizer, wrap_step)

@@ -7,6 +7,7 @@ resuming, trainer_state.pt; it is written under a hidden temporary name and rena
 complete, so a hidden or partial directory never counts.
 """
 
+import json
 import re
 import shutil
 import time
@@ -46,6 +47,32 @@ def new_run_dir(output_dir: str | Path, name: str) -> Path:
         suffix += 1
     run_dir.mkdir(parents=True)
     return run_dir
+
+
+def resumed_run_dir(output_dir: str | Path, name: str, checkpoint: Path | None) -> Path | None:
+    """The directory a resumed run goes on writing in: the checkpoint's own run when it lies under
+    <output_dir>/<name>; None where the run gets a new one (no resume, or a checkpoint from elsewhere)."""
+    if checkpoint is None or (Path(output_dir) / name).resolve() not in checkpoint.resolve().parents:
+        return None
+    return checkpoint.parent.parent
+
+
+def read_records(path: Path) -> list[dict]:
+    """The records of a metrics.jsonl; a torn last line (the run was killed while writing it) is left out.
+    A damaged line elsewhere is an error: the file was changed by something other than a run."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    records = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+            if number == len(lines):
+                continue
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise CrammingError(f"{path}, line {number}: not a JSON record of a step")
+        records.append(record)
+    return records
 
 
 class RunStart:

@@ -24,7 +24,7 @@ from cramming.files import write_atomically
 from cramming.hardware import model_flops_utilization
 from cramming.train.callbacks import Callback, TrainState
 from cramming.train.stopping import StoppingRule
-from cramming.train.summary import read_records
+from cramming.runs import read_records
 from cramming.train.telemetry import TelemetrySampler
 
 log = logging.getLogger("pretrain")

@@ -15,7 +15,7 @@ from matplotlib.ticker import EngFormatter
 
 from cramming.errors import CrammingError
 from cramming.train.callbacks import Callback, TrainState
-from cramming.train.summary import read_records
+from cramming.runs import read_records
 
 PLOTS_DIR = "plots"
 # Redrawing the plots takes about a second: at most this often while training (the end of the run draws its own).

@@ -1,11 +1,14 @@
-"""summary.json: the record a run leaves behind, however it ended.
+"""summary.json: the record a run leaves behind, however it ended, and the leaving of it (leave_record: the
+summary, the plots, W&B's summary).
 
 Written at the end of every run — finished, stopped at max_steps, stopped by non-finite losses or
 interrupted — so an ablation table can be built from summary files alone. Losses come from
 metrics.jsonl, so the summary and the curve always agree.
 """
 
+import dataclasses
 import json
+import logging
 import resource
 import statistics
 from dataclasses import dataclass
@@ -13,29 +16,14 @@ from pathlib import Path
 
 import torch
 
-from cramming.errors import CrammingError
 from cramming.files import write_atomically
 from cramming.hardware import model_flops_utilization
+from cramming.runs import read_records
+from cramming.train.metrics import MetricsLogger, WandbLogger
+from cramming.train.plots import plot_run
 
+log = logging.getLogger("pretrain")
 SMOOTHING_FRACTION = 0.1  # smoothed loss: mean of the records in the last 10% of the steps
-
-
-def read_records(path: Path) -> list[dict]:
-    """The records of a metrics.jsonl; a torn last line (the run was killed while writing it) is left out.
-    A damaged line elsewhere is an error: the file was changed by something other than a run."""
-    lines = path.read_text().splitlines() if path.exists() else []
-    records = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            record = None
-            if number == len(lines):
-                continue
-        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-            raise CrammingError(f"{path}, line {number}: not a JSON record of a step")
-        records.append(record)
-    return records
 
 
 def smoothed_loss(records: list[dict]) -> float | None:
@@ -173,3 +161,17 @@ def build_summary(facts: RunFacts) -> dict:
 
 def write_summary(path: Path, summary: dict) -> None:
     write_atomically(path, json.dumps(summary, indent=2, allow_nan=False) + "\n")  # strict JSON: no bare NaN
+
+
+def leave_record(facts: RunFacts, run_dir: Path, logger: MetricsLogger, wandb: WandbLogger) -> dict:
+    """Stop the telemetry, then write summary.json (facts with the records and the energy) and the plots and
+    hand the summary to W&B."""
+    energy = logger.sampler.energy_wh()
+    logger.sampler.stop()
+    summary = build_summary(dataclasses.replace(facts, records=read_records(run_dir / "metrics.jsonl"),
+                                                energy_wh=energy))
+    write_summary(run_dir / "summary.json", summary)
+    plot_run(run_dir)
+    wandb.summary(summary, prefix="summary/")
+    log.info("summary: %s; plots: %s", run_dir / "summary.json", run_dir / "plots")
+    return summary

@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from omegaconf import OmegaConf
@@ -24,11 +24,11 @@ from cramming.data.tokenizer import as_transformers_tokenizer, load_tokenizer
 from cramming.device import deterministic_algorithms, prepare_device
 from cramming.files import WriteFailed, write_atomically
 from cramming.gradient_step import Step
-from cramming.hardware import budget_seconds
+from cramming.hardware import GpuProfile, budget_seconds
 from cramming.model import build_mlm_model, training_flops_per_token
 from cramming.provenance import config_sha256, provenance
-from cramming.runs import (CONFIG_FILE, FINAL, RunStart, new_run_dir, record_config, resolve_checkpoint,
-                           run_of)
+from cramming.runs import (CONFIG_FILE, FINAL, RunStart, new_run_dir, read_records, record_config,
+                           resolve_checkpoint, resumed_run_dir, run_of)
 from cramming.train.callbacks import Callback, CallbackList, TrainState
 from cramming.train.checkpoint import (Checkpointer, Heartbeat, NonFiniteWeightsError, charge_lost_time,
                                        check_resumed_model, load_state, restore, resume_fingerprint)
@@ -37,14 +37,14 @@ from cramming.train.loop import Schedule, count_microbatch, counted_finite, run_
 from cramming.train.metrics import (MetricsLog, MetricsLogger, ProgressBar, WandbLogger, format_duration,
                                     use_bar)
 from cramming.train.optimizers import build_pretraining_optimizer
-from cramming.train.plots import PlotRefresh, plot_run
+from cramming.train.plots import PlotRefresh
 from cramming.train.progress import Progress
 from cramming.train.settings import Settings, choose_microbatch, device_profile, resolve_settings
 from cramming.train.stopping import (BudgetClock, Interrupted, LocalAgreement, NonFiniteLossError, NonFiniteSteps,
                                      StoppingRule, agreement as rank_agreement, resume_advice, time_source)
-from cramming.train.summary import RunFacts, build_summary, peak_memory_gb, read_records, write_summary
-from cramming.train.techniques import (RunContext, build_techniques, data_stream, extra_memory, prepare_model,
-                                       wrap_optimizer, wrap_step)
+from cramming.train.summary import RunFacts, leave_record, peak_memory_gb
+from cramming.train.techniques import (RunContext, Technique, build_techniques, data_stream, extra_memory,
+                                       prepare_model, wrap_optimizer, wrap_step)
 from cramming.train.telemetry import TelemetrySampler
 from cramming.train.validation import Validation
 
@@ -72,7 +72,9 @@ def train(cfg, callbacks: Sequence[Callback] = (), zero_shot: Callable | None = 
         log.setLevel(logging.WARNING)
     try:
         with deterministic_algorithms(cfg.impl.deterministic), RunStart(STARTED_RUN_FILES) as start:
-            return _train(cfg, dist, list(callbacks), zero_shot, start)
+            run = build_run(cfg, dist, start)
+            log.info("%s", run)
+            return train_run(run, list(callbacks), zero_shot, start)
     finally:
         dist.close()  # after an error; a finished training has left the group already
 
@@ -92,8 +94,43 @@ class Trained:
 STARTED_RUN_FILES = (CONFIG_FILE, "wandb", "metrics.jsonl")
 
 
-def _train(cfg, dist: Distributed, callbacks: list[Callback], zero_shot: Callable | None,
-           start: RunStart) -> Trained:
+@dataclasses.dataclass(repr=False)
+class Run:
+    """A run built outside the budget and ready to train: the settings, the data, the model with its optimizer
+    (restored from a checkpoint when resumed) and where it writes. Printed, it says what will train."""
+
+    cfg: Any
+    dist: Distributed
+    settings: Settings  # with the microbatch chosen
+    microbatch_source: str  # how the microbatch was chosen
+    techniques: list[Technique]
+    dataset: PreparedDataset
+    tokenizer: Any  # the dataset's, as a transformers tokenizer
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    fingerprint: dict  # what a resume must match (cramming.train.checkpoint.resume_fingerprint)
+    progress: Progress  # zero, or the resumed checkpoint's
+    checkpoint: Path | None  # the checkpoint resumed from
+    saved: dict | None  # its trainer state
+    run_dir: Path
+    provenance: dict
+    present: GpuProfile  # the card actually in use: its peak is what MFU is measured against
+    wall_budget: float  # seconds of this rank's training
+    flops_per_token: float
+    started: float  # time.perf_counter() when set-up began
+
+    def __str__(self) -> str:
+        settings, parameters = self.settings, sum(parameter.numel() for parameter in self.model.parameters())
+        return (f"run {self.run_dir} | {self.cfg.arch.name}, {parameters / 1e6:.1f}M parameters, on "
+                f"{settings.profile.name} ({settings.precision.name}, microbatch {settings.microbatch_size} "
+                f"({self.microbatch_source}) x {self.dist.world_size} ranks, compile {settings.compile}) | budget "
+                f"{format_duration(self.wall_budget)} wall")
+
+
+def build_run(cfg, dist: Distributed, start: RunStart) -> Run:
+    """Set-up, outside the budget: settings and techniques, the prepared data (before any collective), the
+    model, the optimizer, the microbatch, a resume, the run directory (its config.yaml recorded)."""
     started = time.perf_counter()
     settings = resolve_settings(cfg, dist.local_rank)
     techniques = build_techniques(cfg, RunContext(settings.device, settings.compile, settings.precision.name,
@@ -130,22 +167,26 @@ def _train(cfg, dist: Distributed, callbacks: list[Callback], zero_shot: Callabl
         record_config(run_dir, cfg, earlier_run=run_of(checkpoint) if checkpoint else None)  # appended
     run_provenance = {**provenance(settings.device), "dataset": dataset.path.name,
                       "config_sha256": config_sha256(OmegaConf.to_container(cfg, resolve=True))}
-
-    present = device_profile(settings)  # the card actually in use: its peak is what MFU is measured against
+    present = device_profile(settings)
     wall_budget = budget_seconds(cfg.budget, cfg.budget_scaling, settings.profile, present)
     wall_budget /= dist.world_size  # GPU-hours: N GPUs get 1/N of the wall time
     flops_per_token = training_flops_per_token(cfg.arch, vocab_size, seq_length, cfg.train.mlm_rate)
-    parameters = sum(parameter.numel() for parameter in model.parameters())
-    log.info("run %s | %s, %.1fM parameters, on %s (%s, microbatch %d (%s) x %d ranks, compile %s) | budget %s wall",
-             run_dir, cfg.arch.name, parameters / 1e6, settings.profile.name, settings.precision.name,
-             settings.microbatch_size, microbatch_source, dist.world_size, settings.compile, format_duration(wall_budget))
+    return Run(cfg, dist, settings, microbatch_source, techniques, dataset, tokenizer, model, optimizer, scaler,
+               fingerprint, progress, checkpoint, saved, run_dir, run_provenance, present, wall_budget,
+               flops_per_token, started)
+
+
+def train_run(run: Run, callbacks: list[Callback], zero_shot: Callable | None, start: RunStart) -> Trained:
+    """Wire the run's components to the loop's named points, train under the budget clock, leave the record."""
+    cfg, dist, settings, progress, run_dir = run.cfg, run.dist, run.settings, run.progress, run.run_dir
+    dataset, tokenizer, model, techniques = run.dataset, run.tokenizer, run.model, run.techniques
     if settings.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(settings.device)  # the peak of training, not of the search
 
-    clock = BudgetClock(wall_budget, progress.elapsed, time_source(progress))
+    clock = BudgetClock(run.wall_budget, progress.elapsed, time_source(progress))
     nonfinite = NonFiniteSteps(cfg.train.max_nonfinite_steps, cfg.train.check_nonfinite_every, settings.device,
                                progress)
-    state = TrainState(model=model, optimizer=optimizer, progress=progress, clock=clock, run_dir=run_dir,
+    state = TrainState(model=model, optimizer=run.optimizer, progress=progress, clock=clock, run_dir=run_dir,
                        device=settings.device, tokenizer=tokenizer, nonfinite=nonfinite)
     sequences = settings.microbatch_size * dist.world_size  # per global microbatch
     microbatches = Microbatches(dataset, settings.microbatch_size, dist.rank, dist.world_size,
@@ -156,7 +197,7 @@ def _train(cfg, dist: Distributed, callbacks: list[Callback], zero_shot: Callabl
     if dist.is_main:
         wandb = WandbLogger(cfg, run_dir)
         metrics = MetricsLog(run_dir / "metrics.jsonl", progress.step if cfg.resume else None, progress.tokens,
-                             flops_per_token, present.peak_tflops)
+                             run.flops_per_token, run.present.peak_tflops)
         logger = MetricsLogger(metrics, cfg.logging.every_steps, cfg.logging.every_fraction, sequences,
                                TelemetrySampler(settings.device).start(), wandb, settings.device,
                                cfg.train.optim.grad_clip)
@@ -166,16 +207,16 @@ def _train(cfg, dist: Distributed, callbacks: list[Callback], zero_shot: Callabl
     validation = _validation(cfg, dataset, tokenizer, settings, dist, agreement, zero_shot)
     # techniques, then the validation curve, then the record of both; their state rides in checkpoints
     recorded = CallbackList([*techniques, *callbacks, *validation, *([logger] if logger else [])])
-    if saved:
-        recorded.load_state_dict(saved.get("callbacks", {}))
-    checkpointer = Checkpointer(cfg.checkpoint, tokenizer, scaler, fingerprint, recorded, dist.is_main,
-                                run_provenance, last_good=checkpoint)
+    if run.saved:
+        recorded.load_state_dict(run.saved.get("callbacks", {}))
+    checkpointer = Checkpointer(cfg.checkpoint, tokenizer, run.scaler, run.fingerprint, recorded, dist.is_main,
+                                run.provenance, last_good=run.checkpoint)
     heartbeat = [Heartbeat(run_dir)] if dist.is_main else []
     plots = [PlotRefresh(lambda: checkpointer.newest)] if dist.is_main else []  # after the checkpointer
     bar = [ProgressBar(logger, stopping)] if dist.is_main and use_bar(cfg.logging.progress) else []
     callbacks = CallbackList([*recorded.callbacks, *bar, *heartbeat, checkpointer, *plots])
     step = wrap_step(techniques, Step(
-        _network(model, settings, dist), optimizer, scaler, settings.precision, stream,
+        _network(model, settings, dist), run.optimizer, run.scaler, settings.precision, stream,
         grad_clip=cfg.train.optim.grad_clip, callbacks=callbacks, dist=dist, judge=counted_finite,
         budget_ran_out=agreement.budget_ran_out, on_microbatch=count_microbatch))
 
@@ -187,7 +228,8 @@ def _train(cfg, dist: Distributed, callbacks: list[Callback], zero_shot: Callabl
         with stopping.interrupt:
             try:
                 with logging_redirect_tqdm() if bar else contextlib.nullcontext():  # log lines above a progress bar
-                    stop_reason = run_loop(state, step, agreement, schedule, callbacks, sequences * seq_length)
+                    stop_reason = run_loop(state, step, agreement, schedule, callbacks,
+                                           sequences * dataset.seq_length)
                 dist.leave()  # the last collective is behind: rank 0's record (plots, summary) waits for no one
             except (NonFiniteLossError, NonFiniteWeightsError) as error:
                 stop_reason = "non-finite"
@@ -203,13 +245,14 @@ def _train(cfg, dist: Distributed, callbacks: list[Callback], zero_shot: Callabl
                 for progress_bar in bar:
                     progress_bar.close()
                 if dist.is_main and stop_reason != "write failed":
-                    summary = _leave_record(RunFacts(
+                    summary = leave_record(RunFacts(
                         records=[], stop_reason=stop_reason, progress=vars(progress), budget_hours=cfg.budget,
                         wall_budget=clock.budget_seconds, session_training_s=progress.elapsed - clock.elapsed_before,
-                        session_wall_s=time.perf_counter() - started, first_steps=logger.first_steps,
-                        peak_memory=peak_memory_gb(settings.device), energy_wh=None, flops_per_token=flops_per_token,
-                        peak_tflops=present.peak_tflops, provenance=run_provenance,
-                        microbatch={"size": settings.microbatch_size, "source": microbatch_source},
+                        session_wall_s=time.perf_counter() - run.started, first_steps=logger.first_steps,
+                        peak_memory=peak_memory_gb(settings.device), energy_wh=None,
+                        flops_per_token=run.flops_per_token, peak_tflops=run.present.peak_tflops,
+                        provenance=run.provenance,
+                        microbatch={"size": settings.microbatch_size, "source": run.microbatch_source},
                         held_out_rows=dataset.held_out_rows, validation_s=clock.paused_seconds,
                         stop_detail=stopping.early_stop, step_timing=step.timing), run_dir, logger, wandb)
         if stop_reason == "interrupted":
@@ -248,21 +291,21 @@ def _validation(cfg, dataset: PreparedDataset, tokenizer, settings: Settings, di
 
 
 def _run_directory(cfg, dist: Distributed, checkpoint: Path | None, progress: Progress) -> Path:
-    """Where the run writes: a resumed run goes on in its own directory when that lies under
-    <output_dir>/<name> (charging the training a crash lost after the checkpoint); a new run, or one resumed
-    from a checkpoint elsewhere, gets a new directory there (the latter with the records up to its step)."""
+    """Where the run writes (cramming.runs.resumed_run_dir): a resumed run goes on in its own directory, charged
+    the training a crash lost after the checkpoint; a new run, or one resumed from a checkpoint elsewhere, gets a
+    new directory (the latter with the records up to its step)."""
     run_dir = None
     if dist.is_main:
-        root = (Path(cfg.output_dir) / cfg.name).resolve()
-        if checkpoint is not None and root in checkpoint.resolve().parents:
-            run_dir = checkpoint.parent.parent
+        run_dir = resumed_run_dir(cfg.output_dir, cfg.name, checkpoint)
+        if run_dir is not None:
             charge_lost_time(run_dir, progress)
         else:
             run_dir = new_run_dir(cfg.output_dir, cfg.name)
             if checkpoint is not None:
                 earlier = [r for r in read_records(checkpoint.parent.parent / "metrics.jsonl") if r["step"] <= progress.step]
                 write_atomically(run_dir / "metrics.jsonl", "".join(json.dumps(record) + "\n" for record in earlier))
-                log.info("resuming into a new run directory %s (the checkpoint's is outside %s)", run_dir, root)
+                log.info("resuming into a new run directory %s (the checkpoint's is outside %s)", run_dir,
+                         (Path(cfg.output_dir) / cfg.name).resolve())
     run_dir = Path(dist.broadcast(str(run_dir) if run_dir else None))
     progress.elapsed = dist.broadcast(progress.elapsed)  # the time charged on rank 0, on every rank
     progress.lost_to_crashes = dist.broadcast(progress.lost_to_crashes)
@@ -288,17 +331,3 @@ def _network(model: torch.nn.Module, settings: Settings, dist: Distributed) -> t
         device_ids = [settings.device.index] if settings.device.type == "cuda" else None
         network = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
     return torch.compile(network) if settings.compile else network
-
-
-def _leave_record(facts: RunFacts, run_dir: Path, logger: MetricsLogger, wandb: WandbLogger) -> dict:
-    """Stop the telemetry, then write summary.json (facts with the records and the energy) and the plots and
-    hand the summary to W&B."""
-    energy = logger.sampler.energy_wh()
-    logger.sampler.stop()
-    summary = build_summary(dataclasses.replace(facts, records=read_records(run_dir / "metrics.jsonl"),
-                                                energy_wh=energy))
-    write_summary(run_dir / "summary.json", summary)
-    plot_run(run_dir)
-    wandb.summary(summary, prefix="summary/")
-    log.info("summary: %s; plots: %s", run_dir / "summary.json", run_dir / "plots")
-    return summary

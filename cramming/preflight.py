@@ -119,11 +119,11 @@ def _dataset_need(cfg) -> DiskNeed:
     """An estimate from the source's text size: 2 bytes a token at about 4 characters a token (a hub corpus:
     unknown until it is read, beside its download in the hub's cache)."""
     from cramming.data import store
-    from cramming.data.sources import Source
+    from cramming.data.sources import source_from_config
 
     data = OmegaConf.to_object(cfg.data) if OmegaConf.is_config(cfg.data) else cfg.data
     where = Path(os.path.expanduser(str(cfg.cache_dir)))
-    source = Source.from_config(data)
+    source = source_from_config(data)
     if source.kind == "hub" or data.tokenizer.kind == "pretrained":  # their fingerprints read the network
         return DiskNeed("the prepared dataset (a hub corpus: size unknown until read)", where, None)
     final_dir = store.dataset_dir(str(where), data, store.cache_key(data, source.fingerprint()))
@@ -216,12 +216,12 @@ def preflight(cfg) -> int:
 
 def _first_records(cfg) -> None:
     """The first documents of the data source: a hub corpus reachable, local files readable."""
-    from cramming.data.sources import Source
+    from cramming.data.sources import source_from_config
 
     data = OmegaConf.to_object(cfg.data) if OmegaConf.is_config(cfg.data) else cfg.data
     read = 0
     try:
-        for read, _ in enumerate(Source.from_config(data).documents(), 1):
+        for read, _ in enumerate(source_from_config(data).documents(), 1):
             if read == FIRST_RECORDS:
                 break
     except CrammingError:

@@ -14,6 +14,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from cramming.data.config import DataConfig
+from cramming.data.sources import check_data_config
 from cramming.errors import problems_of, raise_problems, require
 from cramming.eval.config import GlueConfig, as_glue_config
 from cramming.eval.probe import ZeroShotProbe
@@ -58,8 +59,8 @@ class PretrainConfig:
         """Each part's own values, what spans parts and the end-of-run GLUE's, then (on values that hold) the
         techniques': every problem."""
         problems = problems_of(
-            self.data.check, self._check_top_level, self.train.check, self.impl.check, self._check_across_parts,
-            self.checkpoint.check, self.logging.check, self.wandb.check,
+            lambda: check_data_config(self.data), self._check_top_level, self.train.check, self.impl.check,
+            self._check_across_parts, self.checkpoint.check, self.logging.check, self.wandb.check,
             *([self._eval_config().check] if self.eval is not None else []))
         raise_problems(problems or problems_of(lambda: check_techniques(self)))
 

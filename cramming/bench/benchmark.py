@@ -23,7 +23,7 @@ from cramming.bench.peak import measured_peak_tflops, model_gemm_shapes
 from cramming.bench.timing import TimedStep
 from cramming.bench.variants import check_variants, variant_step
 from cramming.data.mlm import synthetic_mlm_batch
-from cramming.data.tokenizer import SPECIAL_TOKENS
+from cramming.data.vocab import SPECIAL_TOKENS
 from cramming.device import prepare_device, resolve_device
 from cramming.errors import CrammingError
 from cramming.gradient_step import Precision

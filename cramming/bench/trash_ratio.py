@@ -19,7 +19,7 @@ from cramming.data.config import DataConfig, FilterConfig, TokenizerConfig
 from cramming.data.filters import DocumentFilter, median_tokens_per_char
 from cramming.data.packing import TextBatch
 from cramming.data.prepare import _tokenizer_sample
-from cramming.data.sources import Source
+from cramming.data.sources import source_from_config
 from cramming.data.tokenizer import train_tokenizer
 from cramming.errors import exit_on_user_error
 
@@ -35,7 +35,7 @@ def document_ratios(cfg: DataConfig, tokenizer) -> tuple[np.ndarray, np.ndarray]
         tokens.append(np.add.reduceat(line_tokens, np.cumsum([0] + batch.lines_per_doc[:-1])))
         chars.append(np.asarray(batch.chars_per_doc))
 
-    for document in Source.from_config(cfg).documents():
+    for document in source_from_config(cfg).documents():
         for part in doc_filter(document):
             batch.add(part)
         if sum(batch.chars_per_doc) > 2e6:
@@ -67,7 +67,7 @@ def main() -> None:
         tokenizer_cfg = TokenizerConfig(kind=args.kind, vocab_size=vocab_size, train_sample_mb=args.train_sample_mb)
         train = DataConfig(name="train", source="local", files=args.train, sample_by=args.sample_by,
                            filter=filters, tokenizer=tokenizer_cfg)
-        sample = _tokenizer_sample(train, Source.from_config(train), DocumentFilter(filters, train.max_doc_chars))
+        sample = _tokenizer_sample(train, source_from_config(train), DocumentFilter(filters, train.max_doc_chars))
         tokenizer = train_tokenizer(sample.lines, tokenizer_cfg, train.normalize)
         measure = DataConfig(name="measure", source="local", files=args.measure, sample_by=args.sample_by, filter=filters)
         tokens, chars = document_ratios(measure, tokenizer)

@@ -1,5 +1,10 @@
 """Typed schema of the Hydra group `data`: every key here is used, any other key is rejected, and each part
-checks its values (`check`), with the allowed choices read from the code that uses them."""
+checks its values (`check`). The allowed choices of the keys are declared here (the vocabulary's bounds in
+cramming.data.vocab, below), and the code that acts on a key reads them from here: the schema imports nothing
+else of the data package.
+
+A source's own settings are its kind's class's to check (cramming.data.source_base, above the schema):
+`cramming.data.sources.check_data_config` checks them first, then calls `DataConfig.check`."""
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -7,8 +12,21 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from cramming.data.vocab import MAX_VOCAB_SIZE, SPECIAL_TOKENS
 from cramming.errors import require
 from cramming.files import folder_name
+
+TRASH_SCALINGS = ("none", "median")  # data.filter.trash_cutoff_scaling (cramming.data.filters.trash_cutoff)
+TRAINED_KINDS = ("wordpiece", "bpe", "unigram")  # trained on the corpus
+TOKENIZER_KINDS = (*TRAINED_KINDS, "pretrained")  # pretrained: cramming.data.pretrained_tokenizer
+ORDERINGS = (  # data.ordering (cramming.data.ordering.row_order)
+    "shuffle",
+    "corpus",
+    "frequency_curriculum",
+    "reverse_frequency_curriculum",
+    "length_curriculum",
+    "reverse_length_curriculum",
+)
 
 
 @dataclass
@@ -38,8 +56,6 @@ class FilterConfig:
     near_dedup_threshold: Optional[float] = None
 
     def check(self) -> None:
-        from cramming.data.filters import TRASH_SCALINGS
-
         cutoff, scaling = self.trash_cutoff, self.trash_cutoff_scaling
         require([
             (self.min_chars >= 0, f"data.filter.min_chars={self.min_chars} must not be negative"),
@@ -70,8 +86,6 @@ class TokenizerConfig:
     train_sample_mb: float = 16.0  # the tokenizer is trained on the first this-many MB of kept text
 
     def check(self) -> None:
-        from cramming.data.tokenizer import MAX_VOCAB_SIZE, SPECIAL_TOKENS, TOKENIZER_KINDS
-
         require([
             (self.kind in TOKENIZER_KINDS,
              f"data.tokenizer.kind={self.kind!r} is unknown; choose one of {', '.join(TOKENIZER_KINDS)}"),
@@ -138,12 +152,8 @@ class DataConfig:
     batch_mb: float = 2.0
 
     def check(self) -> None:
-        """Every value in its domain before any text is read (the source's settings by its kind's class); one line
-        naming the first that is not."""
-        from cramming.data.ordering import ORDERINGS
-        from cramming.data.sources import Source
-
-        Source.check_config(self)
+        """Every value but the source's settings in its domain, before any text is read; one line naming the first
+        that is not. cramming.data.sources.check_data_config checks the source's settings first, then calls this."""
         require([
             folder_name("data.name", self.name, "<cache_dir>/data/<data.name>-<key>"),
             (self.ordering in ORDERINGS,

@@ -17,7 +17,9 @@ def embedded_documents() -> list[Document]:
     return [topics[name].split("\n") for name in sorted(topics)]
 
 
-class EmbeddedSource(Source, kind="embedded"):
+class EmbeddedSource(Source):
+    kind = "embedded"
+
     @classmethod
     def build(cls, cfg: DataConfig) -> "EmbeddedSource":
         return cls(cfg)

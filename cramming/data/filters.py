@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 
 from cramming.data.config import FilterConfig
-from cramming.data.sources import Document
+from cramming.data.source_base import Document
 
 BAD_CHARACTERS = ("\ufffd", "\x00")  # undecodable bytes (replaced on read) and NULs: binary content
 MAX_LINE_CHARS = 8192  # longer lines are cut at whitespace: the tokenizer is fastest on short strings
@@ -89,9 +89,6 @@ def trash_mask(doc_tokens: np.ndarray, doc_chars: np.ndarray, cutoff: float | No
     if cutoff is None:
         return np.ones(len(doc_tokens), dtype=bool)
     return doc_tokens <= cutoff * np.maximum(doc_chars, 1)
-
-
-TRASH_SCALINGS = ("none", "median")
 
 
 def median_tokens_per_char(doc_tokens: np.ndarray, doc_chars: np.ndarray) -> float:

@@ -19,7 +19,9 @@ log = logging.getLogger(__name__)
 COMMIT = re.compile(r"[0-9a-f]{40}")  # a full commit sha names itself: no need to ask the hub
 
 
-class HubSource(Source, kind="hub"):
+class HubSource(Source):
+    kind = "hub"
+
     def __init__(self, cfg: DataConfig):
         super().__init__(cfg)
         self._commit: str | None = None

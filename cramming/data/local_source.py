@@ -78,7 +78,9 @@ def text_size_bytes(path: str) -> int:
     return os.path.getsize(path)
 
 
-class LocalSource(Source, kind="local"):
+class LocalSource(Source):
+    kind = "local"
+
     def __init__(self, cfg: DataConfig, files: list[str]):
         super().__init__(cfg)
         self.files = files  # the local files read, in order

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from cramming.data.config import DataConfig
 from cramming.data.local_source import LocalSource
 from cramming.data.source_base import SAMPLE_BY, Document, Source
-from cramming.errors import CrammingError, require
+from cramming.errors import CrammingError
 
 
 def source_name(spec) -> str:
@@ -32,8 +32,10 @@ def source_name(spec) -> str:
     return files
 
 
-class Mixture(Source, kind="mixture"):
+class Mixture(Source):
     """Several local sources read as one stream, interleaved by characters (module docstring)."""
+
+    kind = "mixture"
 
     def __init__(self, cfg: DataConfig, components: list[LocalSource], names: list[str], weights: list[float]):
         super().__init__(cfg)

@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import Dataset
 
 from cramming.data.store import PreparedDataset
-from cramming.data.tokenizer import MASK_ID, SPECIAL_TOKENS
+from cramming.data.vocab import MASK_ID, SPECIAL_TOKENS
 from cramming.errors import CrammingError
 
 IGNORE_INDEX = -100  # label of every position that is not predicted

@@ -6,17 +6,10 @@ the corpus size) and sort by score; rows with equal scores keep a seeded random 
 
 import numpy as np
 
-from cramming.data.tokenizer import SEP_ID
+from cramming.data.config import ORDERINGS
+from cramming.data.vocab import SEP_ID
 from cramming.errors import CrammingError
 
-ORDERINGS = (
-    "shuffle",
-    "corpus",
-    "frequency_curriculum",
-    "reverse_frequency_curriculum",
-    "length_curriculum",
-    "reverse_length_curriculum",
-)
 SCORE_CHUNK_ROWS = 65536
 SENTENCE_END_CHARACTERS = ".!?"
 

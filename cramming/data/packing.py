@@ -7,7 +7,7 @@ import numpy as np
 from tokenizers import Encoding
 
 from cramming.data.filters import trash_mask
-from cramming.data.tokenizer import SEP_ID
+from cramming.data.vocab import SEP_ID
 
 
 @dataclass

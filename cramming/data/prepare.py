@@ -31,8 +31,10 @@ from cramming.data.ordering import row_order, sentence_end_ids
 from cramming.data.packing import RowWriter, TextBatch, documents_to_stream
 from cramming.data.pretrained_tokenizer import pretrained_tokenizer, tokenizer_sha256
 from cramming.data.progress import PreparationProgress
-from cramming.data.sources import Document, Source
-from cramming.data.tokenizer import SEP_ID, train_tokenizer
+from cramming.data.source_base import Document, Source
+from cramming.data.sources import check_data_config, source_from_config
+from cramming.data.tokenizer import train_tokenizer
+from cramming.data.vocab import SEP_ID
 from cramming.errors import CrammingError
 
 log = logging.getLogger(__name__)
@@ -51,8 +53,8 @@ def prepare_dataset(cfg: DataConfig, cache_dir: str, verify: bool = True) -> tup
     """
     if OmegaConf.is_config(cfg):
         cfg = OmegaConf.to_object(cfg)
-    cfg.check()
-    source = Source.from_config(cfg)
+    check_data_config(cfg)
+    source = source_from_config(cfg)
     fingerprint, pretrained = source.fingerprint(), None
     if cfg.tokenizer.kind == "pretrained":  # its files are part of what the dataset is made of
         pretrained = pretrained_tokenizer(cfg.tokenizer.name)

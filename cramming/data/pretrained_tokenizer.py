@@ -12,7 +12,8 @@ import json
 
 from tokenizers import Tokenizer
 
-from cramming.data.tokenizer import MAX_VOCAB_SIZE, SPECIAL_TOKENS, with_pair_template
+from cramming.data.tokenizer import with_pair_template
+from cramming.data.vocab import MAX_VOCAB_SIZE, SPECIAL_TOKENS
 from cramming.errors import CrammingError
 
 VOCABULARY_MODELS = ("WordPiece", "BPE")  # a vocabulary as a token -> id map that can be renumbered

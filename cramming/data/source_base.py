@@ -1,9 +1,10 @@
-"""What every data source offers the pipeline, and the lookup from `data.source` to the class that reads it.
+"""What every data source offers the pipeline: the `Source` interface a kind implements, and the `Document`
+it yields.
 
 Every source yields documents as lists of lines: lines are what the tokenizer encodes (short strings
 encode fastest), documents are what the filters judge and what [SEP] separates when packing. A source class
-registers itself under its `data.source` name when it is defined (`class HubSource(Source, kind="hub")`);
-`cramming.data.sources` imports every kind, so use `Source` from there.
+names its `data.source` value in `kind` (`kind = "hub"`); `cramming.data.sources` lists every kind (SOURCES)
+and looks up the one a config names.
 """
 
 from abc import ABC, abstractmethod
@@ -16,37 +17,17 @@ from cramming.errors import CrammingError, require
 Document = list[str]
 
 SAMPLE_BY = ("line", "paragraph")
-KINDS: dict[str, type["Source"]] = {}  # data.source → its class
 
 
 class Source(ABC):
     """A resolved data source: its documents, its size when known up front, and a fingerprint for the cache key."""
 
-    kind: ClassVar[str]
+    kind: ClassVar[str]  # its data.source value
     reads_revision: ClassVar[bool] = False  # data.hub_revision (hub datasets)
     reads_sources: ClassVar[bool] = False  # data.sources (mixtures)
 
     def __init__(self, cfg: DataConfig):
         self.cfg = cfg
-
-    def __init_subclass__(cls, kind: str, **kwargs):
-        super().__init_subclass__(**kwargs)
-        cls.kind = kind
-        KINDS[kind] = cls
-
-    @classmethod
-    def from_config(cls, cfg: DataConfig) -> "Source":
-        """The source `cfg` names (data=mixture: a cramming.data.mixture.Mixture), its settings checked."""
-        cls.check_config(cfg)
-        return KINDS[cfg.source].build(cfg)
-
-    @staticmethod
-    def check_config(cfg: DataConfig) -> None:
-        """The source settings of `cfg`, checked by the kind of source it names: one line naming the first bad one."""
-        require([(cfg.source in KINDS, f"data.source={cfg.source!r} is unknown; choose one of {', '.join(sorted(KINDS))}"),
-                 (cfg.sample_by in SAMPLE_BY,
-                  f"data.sample_by={cfg.sample_by!r} is unknown; choose one of {', '.join(SAMPLE_BY)}")])
-        KINDS[cfg.source].check(cfg)
 
     @classmethod
     def check(cls, cfg: DataConfig) -> None:
@@ -61,7 +42,7 @@ class Source(ABC):
     @classmethod
     @abstractmethod
     def build(cls, cfg: DataConfig) -> "Source":
-        """This kind's source for `cfg` (whose common settings from_config has checked)."""
+        """This kind's source for `cfg` (whose settings cramming.data.sources.source_from_config has checked)."""
 
     @abstractmethod
     def fingerprint(self) -> dict:

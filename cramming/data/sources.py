@@ -1,20 +1,46 @@
-"""Where raw text comes from: one class per `data.source`, behind the interface of `source_base.Source`.
+"""Where raw text comes from: one class per `data.source`, behind the interface of `source_base.Source`,
+listed in SOURCES, and the lookup from a data config to its source.
 
     embedded  embedded_source.EmbeddedSource   the reference documentation bundled with CPython
-    local     local_source.LocalSource         text files through `datasets`' builders
     hub       hub_source.HubSource             a hub dataset, streamed
+    local     local_source.LocalSource         text files through `datasets`' own builders
     mixture   mixture.Mixture                  several local sources interleaved by weight
 
-Importing this module defines (and so registers) every kind: `Source.from_config(cfg)` from here knows them all.
+Adding a kind: its file (a Source subclass with its `kind`), one line in SOURCES, a test. A source's settings
+are its kind's to check, so the whole data config is checked from here (`check_data_config`), above the schema.
 """
 
+from cramming.data.config import DataConfig
 from cramming.data.embedded_source import EmbeddedSource, embedded_documents
 from cramming.data.hub_source import HubSource
 from cramming.data.local_source import BUILDERS, LocalSource, builder_for, resolve_files, text_size_bytes
 from cramming.data.mixture import Mixture
-from cramming.data.source_base import KINDS, SAMPLE_BY, Document, Source
+from cramming.data.source_base import SAMPLE_BY, Source
+from cramming.errors import require
 
-SOURCES = tuple(sorted(KINDS))  # the values of data.source
+SOURCES: tuple[type[Source], ...] = (EmbeddedSource, HubSource, LocalSource, Mixture)
+KINDS = {source.kind: source for source in SOURCES}  # data.source → its class
 
-__all__ = ["BUILDERS", "SAMPLE_BY", "SOURCES", "Document", "EmbeddedSource", "HubSource", "LocalSource", "Mixture",
-           "Source", "builder_for", "embedded_documents", "resolve_files", "text_size_bytes"]
+__all__ = ["BUILDERS", "KINDS", "SOURCES", "EmbeddedSource", "HubSource", "LocalSource", "Mixture", "builder_for",
+           "check_data_config", "embedded_documents", "resolve_files", "source_from_config", "text_size_bytes"]
+
+
+def _check_source_settings(cfg: DataConfig) -> None:
+    """The source settings of `cfg`, checked by the kind of source it names: one line naming the first bad one."""
+    require([(cfg.source in KINDS, f"data.source={cfg.source!r} is unknown; choose one of {', '.join(sorted(KINDS))}"),
+             (cfg.sample_by in SAMPLE_BY,
+              f"data.sample_by={cfg.sample_by!r} is unknown; choose one of {', '.join(SAMPLE_BY)}")])
+    KINDS[cfg.source].check(cfg)
+
+
+def check_data_config(cfg: DataConfig) -> None:
+    """Every value of `cfg` in its domain before any text is read: the source's settings (by its kind's class),
+    then the rest (`DataConfig.check`); one line naming the first that is not."""
+    _check_source_settings(cfg)
+    cfg.check()
+
+
+def source_from_config(cfg: DataConfig) -> Source:
+    """The source `cfg` names (data=mixture: a cramming.data.mixture.Mixture), its settings checked."""
+    _check_source_settings(cfg)
+    return KINDS[cfg.source].build(cfg)

@@ -1,5 +1,5 @@
-"""Train, save and load the corpus tokenizer (WordPiece, BPE or Unigram) with fixed special-token ids (a
-pretrained one: cramming.data.pretrained_tokenizer)."""
+"""Train, save and load the corpus tokenizer (WordPiece, BPE or Unigram) with the fixed special-token ids of
+cramming.data.vocab (a pretrained one: cramming.data.pretrained_tokenizer)."""
 
 import json
 from collections.abc import Iterable
@@ -8,18 +8,13 @@ from typing import TYPE_CHECKING
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from cramming.data.config import NormalizeConfig, TokenizerConfig
+from cramming.data.config import TOKENIZER_KINDS, NormalizeConfig, TokenizerConfig
+from cramming.data.vocab import CLS_ID, MAX_VOCAB_SIZE, SEP_ID, SPECIAL_TOKENS
 from cramming.errors import CrammingError
 
 if TYPE_CHECKING:  # transformers takes about a second to import: only where a tokenizer is wrapped for it
     from transformers import PreTrainedTokenizerFast
 
-# Trainers add special tokens first and in this order, so the ids never depend on the corpus.
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(SPECIAL_TOKENS))
-MAX_VOCAB_SIZE = 2**16  # rows are stored as uint16
-TRAINED_KINDS = ("wordpiece", "bpe", "unigram")  # trained on the corpus
-TOKENIZER_KINDS = (*TRAINED_KINDS, "pretrained")  # pretrained: cramming.data.pretrained_tokenizer
 CONTINUING_PREFIX = "##"  # marks a token that continues a word (WordPiece, and our BPE)
 UNIGRAM_SCORE_DIGITS = 6
 

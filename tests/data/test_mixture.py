@@ -15,7 +15,7 @@ from cramming.data import store
 from cramming.data.config import DataConfig, FilterConfig, MixtureSourceConfig, TokenizerConfig
 from cramming.data.mixture import Mixture
 from cramming.data.prepare import prepare_dataset
-from cramming.data.sources import Source
+from cramming.data.sources import source_from_config
 from tests.conftest import REPO_ROOT
 from tests.train.runs import compose_config
 
@@ -52,7 +52,7 @@ def characters(document) -> int:
 
 @pytest.mark.parametrize("weights", [(0.7, 0.3), (1, 3)])
 def test_every_prefix_holds_the_weights_by_characters(corpora, weights):
-    source = Source.from_config(mixture(corpora, weights))
+    source = source_from_config(mixture(corpora, weights))
     assert isinstance(source, Mixture) and source.weights == pytest.approx([w / sum(weights) for w in weights])
     taken, longest, steps = [0, 0], 0, 0
     for origin, document in source.tagged_documents():
@@ -68,7 +68,7 @@ def test_every_prefix_holds_the_weights_by_characters(corpora, weights):
 def test_stops_when_the_source_due_runs_out(corpora):
     """notes.jsonl holds about as many characters as books.txt: at 0.9/0.1 the books run out first, and the
     stream stops there, with 10% notes, instead of going on with notes alone."""
-    source = Source.from_config(mixture(corpora, (0.9, 0.1)))
+    source = source_from_config(mixture(corpora, (0.9, 0.1)))
     books = sum(characters(document) for document in source.components[0].documents())
     taken = [0, 0]
     for origin, document in source.tagged_documents():

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from cramming.data.mlm import IGNORE_INDEX, MLMCollator, masked_count, synthetic_mlm_batch
-from cramming.data.tokenizer import MASK_ID, SEP_ID, SPECIAL_TOKENS
+from cramming.data.vocab import MASK_ID, SEP_ID, SPECIAL_TOKENS
 from cramming.errors import CrammingError
 
 VOCAB = 1000

@@ -8,10 +8,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from cramming.data import ordering as ordering_module
-from cramming.data.config import NormalizeConfig, TokenizerConfig
-from cramming.data.ordering import ORDERINGS, row_order, sentence_end_ids
+from cramming.data.config import ORDERINGS, NormalizeConfig, TokenizerConfig
+from cramming.data.ordering import row_order, sentence_end_ids
 from cramming.data.prepare import prepare_dataset
-from cramming.data.tokenizer import SEP_ID, load_tokenizer, train_tokenizer
+from cramming.data.tokenizer import load_tokenizer, train_tokenizer
+from cramming.data.vocab import SEP_ID
 from tests.train.runs import compose_config
 
 DOT, BANG, WORD, RARE = 10, 11, 20, 21

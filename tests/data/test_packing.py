@@ -5,7 +5,8 @@ from cramming.data.config import NormalizeConfig, TokenizerConfig
 from cramming.data.ordering import row_order
 from cramming.data.packing import RowWriter, TextBatch, documents_to_stream
 from cramming.data.sources import embedded_documents
-from cramming.data.tokenizer import SEP_ID, train_tokenizer
+from cramming.data.tokenizer import train_tokenizer
+from cramming.data.vocab import SEP_ID
 from cramming.errors import CrammingError
 
 

@@ -12,7 +12,8 @@ from cramming.data.config import DataConfig, FilterConfig, TokenizerConfig
 from cramming.data.mlm import MLMCollator, PackedRows
 from cramming.data.prepare import prepare_dataset
 from cramming.data.sources import embedded_documents
-from cramming.data.tokenizer import SEP_ID, load_tokenizer
+from cramming.data.tokenizer import load_tokenizer
+from cramming.data.vocab import SEP_ID
 from cramming.errors import CrammingError
 
 

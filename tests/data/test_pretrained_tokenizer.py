@@ -13,7 +13,7 @@ from transformers import BertTokenizerFast
 
 from cramming.data.pretrained_tokenizer import pretrained_tokenizer
 from cramming.data.sources import embedded_documents
-from cramming.data.tokenizer import SPECIAL_TOKENS
+from cramming.data.vocab import SPECIAL_TOKENS
 from cramming.errors import CrammingError
 from tests.conftest import REPO_ROOT
 from tests.train.runs import NO_PROBE

@@ -7,14 +7,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from cramming.data.config import DataConfig
-from cramming.data.sources import Source, embedded_documents, resolve_files, text_size_bytes
+from cramming.data.source_base import Source
+from cramming.data.sources import embedded_documents, resolve_files, source_from_config, text_size_bytes
 from cramming.errors import CrammingError
 
 BOOKS = "first line of book one\nsecond line of book one\n\nbook two starts here\nand ends here\n"
 
 
 def local(files, **overrides) -> Source:
-    return Source.from_config(DataConfig(name="t", source="local", files=files, **overrides))
+    return source_from_config(DataConfig(name="t", source="local", files=files, **overrides))
 
 
 def test_text_gzip_and_paragraph_grouping(tmp_path):
@@ -77,15 +78,15 @@ def test_corrupt_gzip_names_the_file(tmp_path):
 
 def test_bad_source_settings():
     with pytest.raises(CrammingError, match="data.source='s3' is unknown"):
-        Source.from_config(DataConfig(name="t", source="s3"))
+        source_from_config(DataConfig(name="t", source="s3"))
     with pytest.raises(CrammingError, match="needs data.hub_path"):
-        Source.from_config(DataConfig(name="t", source="hub"))
+        source_from_config(DataConfig(name="t", source="hub"))
     with pytest.raises(CrammingError, match="sample_by='page' is unknown"):
-        Source.from_config(DataConfig(name="t", source="embedded", sample_by="page"))
+        source_from_config(DataConfig(name="t", source="embedded", sample_by="page"))
 
 
 def test_hub_source_offline_is_a_one_line_error():
-    source = Source.from_config(DataConfig(name="t", source="hub", hub_path="wikimedia/wikipedia", hub_name="x"))
+    source = source_from_config(DataConfig(name="t", source="hub", hub_path="wikimedia/wikipedia", hub_name="x"))
     with pytest.raises(CrammingError, match="cannot load hub dataset wikimedia/wikipedia/x"):
         next(source.documents())
 
@@ -102,7 +103,7 @@ def test_hub_source_streams_records(monkeypatch, tmp_path):
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     cfg = DataConfig(name="t", source="hub", hub_path="org/corpus", hub_name="en", text_column="content")
-    documents = list(Source.from_config(cfg).documents())
+    documents = list(source_from_config(cfg).documents())
     assert calls == [("org/corpus", "en", "train", True)]
     assert documents[3] == ["doc 3", "line"] and len(documents) == 5
 
@@ -110,5 +111,5 @@ def test_hub_source_streams_records(monkeypatch, tmp_path):
 def test_embedded_corpus_is_english_prose_and_fingerprinted():
     documents = embedded_documents()
     assert len(documents) > 50 and sum(len(line) for doc in documents for line in doc) > 300_000
-    fingerprint = Source.from_config(DataConfig(name="e", source="embedded")).fingerprint()
+    fingerprint = source_from_config(DataConfig(name="e", source="embedded")).fingerprint()
     assert len(fingerprint["embedded_sha256"]) == 64

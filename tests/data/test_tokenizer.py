@@ -8,7 +8,8 @@ from transformers import PreTrainedTokenizerFast
 
 from cramming.data.config import NormalizeConfig, TokenizerConfig
 from cramming.data.sources import embedded_documents
-from cramming.data.tokenizer import SPECIAL_TOKENS, as_transformers_tokenizer, load_tokenizer, train_tokenizer
+from cramming.data.tokenizer import as_transformers_tokenizer, load_tokenizer, train_tokenizer
+from cramming.data.vocab import SPECIAL_TOKENS
 from cramming.errors import CrammingError
 
 

@@ -33,6 +33,12 @@ def as_group_choices(overrides: list[str]) -> list[str]:
     return chosen
 
 
+def quoted_override(key: str, value) -> str:
+    """key='value', quoted for Hydra's grammar: a glob's brackets (shards/train-00[01].txt.gz), a path's commas."""
+    escaped = str(value).replace("'", "\\'")
+    return f"{key}='{escaped}'"
+
+
 def compose_config(config_name: str, overrides: list[str]):
     """The command config `config_name` composed from configs/ with `overrides`, for library code that runs
     other commands' work (the GPU check runs the benchmark, pretraining and GLUE; the golden runs compose

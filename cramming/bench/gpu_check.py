@@ -26,7 +26,8 @@ from typing import Optional
 
 import torch
 
-from cramming import compose_config
+from cramming import compose_config, quoted_override
+from cramming.bench.gpu_quick import run_quick
 from cramming.bench.gpu_report import STAGES, record_stage
 from cramming.bench.gpu_suite import SELECTIONS
 from cramming.errors import CrammingError
@@ -95,8 +96,6 @@ def run_gpu_check(cfg: GpuCheckConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     log.info("gpu_check: writing to %s", out)
     if cfg.stage == "quick":
-        from cramming.bench.gpu_quick import run_quick
-
         results = run_quick(cfg, out, device_label(cfg))
     else:
         results = {stage: run_stage(stage, cfg, out) for stage in (STAGES if cfg.stage == "all" else (cfg.stage,))}
@@ -104,12 +103,6 @@ def run_gpu_check(cfg: GpuCheckConfig) -> dict:
     if failed:
         raise CrammingError(f"gpu_check: {len(failed)} stage(s) failed: {'; '.join(failed)}; see {out / 'report.md'}")
     return results
-
-
-def override(key: str, value) -> str:
-    """key='value', quoted for Hydra's grammar: a glob's brackets (shards/train-00[01].txt.gz), a path's commas."""
-    escaped = str(value).replace("'", "\\'")
-    return f"{key}='{escaped}'"
 
 
 def device_label(cfg: GpuCheckConfig) -> str:
@@ -153,7 +146,7 @@ def _bench(cfg: GpuCheckConfig, out: Path) -> dict:
     else:
         common = ["arch=crammed-bert-tiny", "benchmark.batch_size=4", "benchmark.steps=1", "benchmark.warmup_steps=1",
                   "benchmark.vocab_size=512"]
-    common += [f"benchmark.device={cfg.device}", override("benchmark.output_dir", out / "bench")]
+    common += [f"benchmark.device={cfg.device}", quoted_override("benchmark.output_dir", out / "bench")]
     results = {}
     for mode in [mode for mode in BENCH_MODES if mode in cfg.bench_modes]:
         if mode == "compiled" and cfg.device == "cpu":
@@ -172,13 +165,14 @@ def _bench(cfg: GpuCheckConfig, out: Path) -> dict:
 
 def cram_overrides(cfg: GpuCheckConfig, out: Path) -> list[str]:
     """The cram stage's pretraining command line."""
-    data = ["data=embedded"] if cfg.data_files is None else ["data=local", override("data.files", cfg.data_files)]
+    data = ["data=embedded"] if cfg.data_files is None else \
+        ["data=local", quoted_override("data.files", cfg.data_files)]
     # device=cpu is a dry run of the stages' plumbing: the zero-shot probe, seconds on a GPU, would dominate it
     arch = ["arch=crammed-bert", "gpu=auto"] if cfg.device == "cuda" else \
         ["arch=crammed-bert-tiny", "gpu=cpu", "train.validation.zero_shot=false"]
     minutes = cfg.cram_minutes if cfg.cram_minutes is not None else 5.0
-    return [*data, *arch, f"budget={minutes / 60}", "name=cram", override("output_dir", out),
-            override("cache_dir", out / "cache"), "logging.progress=lines"]
+    return [*data, *arch, f"budget={minutes / 60}", "name=cram", quoted_override("output_dir", out),
+            quoted_override("cache_dir", out / "cache"), "logging.progress=lines"]
 
 
 def _cram(cfg: GpuCheckConfig, out: Path) -> dict:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import cramming
-from cramming.bench.gpu_check import override
+from cramming import quoted_override
 from cramming.bench.gpu_report import record_stage
 from cramming.bench.gpu_suite import read_outcomes
 
@@ -32,9 +32,10 @@ GRACE_SECONDS = 10.0  # between SIGTERM and SIGKILL, within the part's limit
 def run_quick(cfg, out: Path, device: str) -> dict:
     """Each part in turn in its own process; {part: its result} (an "error" where it failed)."""
     minutes = cfg.cram_minutes if cfg.cram_minutes is not None else QUICK_CRAM_MINUTES
-    shared = [f"device={cfg.device}", override("output_dir", out.resolve()), f"cram_minutes={minutes}",
+    shared = [f"device={cfg.device}", quoted_override("output_dir", out.resolve()), f"cram_minutes={minutes}",
               f"bench_batch_size={cfg.bench_batch_size}"]
-    shared += [override(key, getattr(cfg, key)) for key in ("data_files", "glue_dir") if getattr(cfg, key) is not None]
+    shared += [quoted_override(key, getattr(cfg, key)) for key in ("data_files", "glue_dir")
+               if getattr(cfg, key) is not None]
     return {part: run_part(part, [*shared, *settings], getattr(cfg.quick_limits, part), out, device)
             for part, settings in PARTS.items()}
 

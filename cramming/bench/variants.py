@@ -16,13 +16,12 @@ from cramming.bench.timing import TimedStep
 from cramming.errors import CrammingError
 from cramming.gradient_step import Precision
 from cramming.model import ModelConfig, build_mlm_model
+from cramming.train.optimizers import OPTIMIZERS, build_pretraining_optimizer
 from cramming.train.techniques import TECHNIQUES, RunContext, build_techniques, prepare_model, variant_overrides
 
 
 def variant_names() -> list[str]:
-    from cramming.train.optimizers import optimizers
-
-    return [technique.variant for technique in TECHNIQUES if technique.variant] + list(optimizers())
+    return [technique.variant for technique in TECHNIQUES if technique.variant] + list(OPTIMIZERS)
 
 
 def variant_config(name: str, arch: ModelConfig):
@@ -39,7 +38,6 @@ def variant_config(name: str, arch: ModelConfig):
 def check_variants(variants: list[str], device: torch.device, compiled: bool, dtype: str) -> None:
     """One line naming the first variant that cannot run with these settings, before anything is built: the
     technique's (or optimizer's) own device checks, in the benchmark's terms."""
-    from cramming.train.optimizers import optimizers
     from cramming.train.techniques import check_on_device
 
     known = variant_names()
@@ -47,7 +45,7 @@ def check_variants(variants: list[str], device: torch.device, compiled: bool, dt
         if name not in known:
             raise CrammingError(f"benchmark.variants: {name!r} is unknown; choose from {', '.join(known)}")
         cfg = variant_config(name, ModelConfig(name="variant"))
-        if optimizers()[cfg.train.optim.name].cuda_only and device.type != "cuda":
+        if OPTIMIZERS[cfg.train.optim.name].cuda_only and device.type != "cuda":
             raise CrammingError(f"benchmark.variants: {name} needs a CUDA GPU; this benchmark runs on {device.type}")
         try:
             check_on_device(cfg, device, compiled, dtype, 1)
@@ -65,8 +63,6 @@ def check_variants(variants: list[str], device: torch.device, compiled: bool, dt
 def variant_step(name: str, arch: ModelConfig, vocab_size: int, batch: dict, precision: Precision,
                  device: torch.device, compile_mode: str | None, fused_adamw: bool) -> TimedStep:
     """Our model, optimizer and step with the variant on, as pretraining builds them; compile_mode None: eager."""
-    from cramming.train.optimizers import build_pretraining_optimizer
-
     cfg = variant_config(name, arch)
     techniques = build_techniques(cfg, RunContext(device, compile_mode is not None, precision.name, 1))
     model = build_mlm_model(arch, vocab_size).to(device)

@@ -14,6 +14,7 @@ from omegaconf import MISSING
 
 from cramming.errors import require
 from cramming.schedules import check_lr_schedule
+from cramming.train.optimizers import OPTIMIZERS
 from cramming.train.techniques import settings_under
 
 WANDB_MODES = ("disabled", "offline", "online")
@@ -32,7 +33,7 @@ class OptimConfig:
     """The optimizer (cramming.train.optimizers), a config group: `optim=<name>` (or `train.optim.name=<name>`)
     composes configs/optim/<name>.yaml, its name and its defaults (adamw's are the crammed recipe's: lr 1e-3,
     betas (0.9, 0.98), eps 1e-12, weight decay 0.01). A hyperparameter the optimizer reads must be set, one it
-    does not read must stay null. Techniques add their own keys here (and the optimizers they bring)."""
+    does not read must stay null. Techniques add their own keys here."""
 
     name: str = "adamw"  # adamw | lamb | lion | sgd-nesterov | adafactor | muon | adamw8bit (CUDA) | sophia | ...
     lr: Optional[float] = None
@@ -45,12 +46,10 @@ class OptimConfig:
 
     def check(self) -> None:
         """The keys the optimizer reads set and the others null, then each value in its domain."""
-        from cramming.train.optimizers import optimizers
-
-        known = optimizers()
-        require([(self.name in known, f"train.optim.name={self.name!r} is unknown; choose one of {', '.join(known)}")])
-        reads = known[self.name].keys
-        every_key = dict.fromkeys(key for entry in known.values() for key in entry.keys)  # in a stable order
+        require([(self.name in OPTIMIZERS,
+                  f"train.optim.name={self.name!r} is unknown; choose one of {', '.join(OPTIMIZERS)}")])
+        reads = OPTIMIZERS[self.name].keys
+        every_key = dict.fromkeys(key for entry in OPTIMIZERS.values() for key in entry.keys)  # in a stable order
         require([(key in reads or getattr(self, key) is None,
                   f"train.optim.{key} is not used by train.optim.name={self.name} (it reads {', '.join(reads)})")
                  for key in every_key] +

@@ -1,4 +1,4 @@
-"""impl.fp8, train.optim.name=adamw8bit and impl.offload_optimizer (cramming.train.techniques: fp8.py, offload.py; the optimizer in optimizers.py).
+"""impl.fp8, train.optim.name=adamw8bit and impl.offload_optimizer (cramming.train.techniques: fp8.py, offload.py; the optimizer in cramming.train.optimizers).
 
 No GPU here: the GPU-only options must refuse on the CPU with one line; what runs on CPU tensors is run for
 real — torchao's float8 conversion (in its emulation mode), AdamW8bit's state through a checkpoint's

@@ -11,13 +11,13 @@ from safetensors.torch import load_file
 from cramming import CONFIG_DIR
 from cramming.pretraining import pretrain
 from cramming.schedules import LR_SCHEDULES
-from cramming.train.optimizers import optimizers
+from cramming.train.optimizers import OPTIMIZERS
 from tests.train.runs import NO_PROBE, STEP_RUN, InterruptAt, compose_config, records, summary
 
 
 # Each optimizer with one schedule, so that every option of both trains once under the budget clock
 # (the default users run), in seven runs instead of 49. adamw8bit needs CUDA (tests/train/test_low_precision.py).
-ON_CPU = [name for name in optimizers() if name != "adamw8bit"]
+ON_CPU = [name for name in OPTIMIZERS if name != "adamw8bit"]
 PAIRS = list(zip(ON_CPU, ["constant", "linear", "cosine", "wsd", "one-cycle", "inverse-sqrt", "triangle"]))
 
 

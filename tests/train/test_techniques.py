@@ -19,13 +19,14 @@ from cramming.model import build_mlm_model
 from cramming.model.checkpoint import load_pretrained, read_config
 from cramming.model.config import as_model_config
 from cramming.train.callbacks import Callback, TrainState
+from cramming.train.optimizers.sophia import SophiaG
 from cramming.train.progress import Progress
 from cramming.train.techniques.distillation import distillation_loss
 from cramming.train.techniques.ema import Ema
 from cramming.train.techniques.importance_sampling import ImportanceSampling
 from cramming.train.techniques.layer_drop import drop_rates
 from cramming.train.techniques.sam import SharpnessAwareStep
-from cramming.train.techniques.sophia import SophiaG, SophiaHessian
+from cramming.train.techniques.sophia import SophiaHessian
 from cramming.train.techniques.sparsity import Sparsity, gradual_density, magnitude_mask, two_of_four_mask
 from cramming.train.techniques.stacking import Stacking
 from cramming.train.techniques.z_loss import z_penalty

@@ -14,6 +14,7 @@ import torch
 
 from cramming.data.stream import Microbatches, microbatch_stream
 from cramming.errors import CrammingError
+from cramming.train.optimizers import OPTIMIZERS
 from cramming.train.techniques.activation_checkpointing import ActivationCheckpointing
 from cramming.train.techniques.base import RunContext, Setting, Technique
 from cramming.train.techniques.distillation import Distillation
@@ -70,13 +71,11 @@ def check_techniques(cfg) -> None:
 def check_on_device(cfg, device: torch.device, compiled: bool, precision: str, world_size: int) -> None:
     """What the enabled techniques and the optimizer need of this device, first of all set-up; then the notices
     of those measured slower than the default here, and of torchao's kernels where one of them relies on them."""
-    from cramming.train.optimizers import optimizers
-
     run = RunContext(device, compiled, precision, world_size)
     enabled = [technique for technique in TECHNIQUES if technique.enabled(cfg)]
     for technique in enabled:
         technique.check_on_device(cfg, run)
-    optimizer = optimizers()[cfg.train.optim.name]
+    optimizer = OPTIMIZERS[cfg.train.optim.name]
     optimizer.check_on_device(cfg.train.optim.name, device)
     if device.type != "cuda":
         return

@@ -11,8 +11,8 @@ Declared at class level, before any run exists:
   `needs_cuda`: whether it does anything (or can run) without a CUDA GPU;
 - `speed_notice(cfg, device)`: one line where it is measured slower than the default;
 - `microbatch_key(cfg)`: what it changes in the memory of a step, for the microbatch cache's key;
-- `optimizers`: the `train.optim.name` choices it brings; `nested_optimizer_states(state)`: the per-parameter
-  state dicts inside an optimizer state it lays out its own way;
+- `nested_optimizer_states(state)`: the per-parameter state dicts inside an optimizer state it lays out its
+  own way;
 - `variant`, `variant_overrides`: its name in `benchmark.variants` and the overrides that switch it on there.
 """
 
@@ -60,7 +60,6 @@ class Technique(Callback):
     label: str = ""
     settings: tuple[Setting, ...] = ()
     conflicts: dict[str, str] = {}
-    optimizers: dict[str, Any] = {}  # name -> cramming.train.optimizers.Optimizer
     variant: str | None = None
     variant_overrides: tuple[str, ...] = ()
 

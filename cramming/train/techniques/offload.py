@@ -13,13 +13,11 @@ import logging
 import torch
 
 from cramming.errors import CrammingError, require
+from cramming.train.optimizers import OPTIMIZERS
 from cramming.train.techniques.base import RunContext, Setting, Technique
 
 log = logging.getLogger("pretrain")
 
-# Optimizers the offload wrapper may hold: those whose update reads only the parameter, its gradient and its
-# own state. sophia needs the wrapper to pass Hessian estimates on; adamw8bit's states would sit on the CPU.
-OFFLOADABLE = ("adamw", "lamb", "lion", "sgd-nesterov", "adafactor", "muon")
 MINIMAL_SIZE = 4096  # torchao's minimal_size: smaller parameters stay on the GPU, with their state
 
 
@@ -74,9 +72,10 @@ class OffloadOptimizer(Technique):
     @staticmethod
     def check(cfg) -> None:
         name = cfg.train.optim.name
-        require([(not cfg.impl.offload_optimizer or name in OFFLOADABLE,
+        offloadable = [known for known, optimizer in OPTIMIZERS.items() if optimizer.offloadable]
+        require([(not cfg.impl.offload_optimizer or name in offloadable,
                   f"impl.offload_optimizer=true does not combine with train.optim.name={name}: offloading works "
-                  f"with {', '.join(OFFLOADABLE)}")])
+                  f"with {', '.join(offloadable)}")])
 
     @staticmethod
     def check_on_device(cfg, run: RunContext) -> None:

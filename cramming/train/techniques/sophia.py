@@ -1,17 +1,15 @@
 """Sophia (Liu et al., 2023, "Sophia: A Scalable Stochastic Second-order Optimizer for Language Model
 Pre-training"), its Gauss-Newton-Bartlett variant SophiaG: `train.optim.name=sophia`.
 
-The update is a momentum m divided by a diagonal Hessian estimate h, clipped per coordinate:
-w -= lr * sign(m) * min(|m| / (gamma * tokens * h), 1), with decoupled weight decay. Every
-`hessian_every` steps h takes in a fresh estimate: labels are sampled from the model's own predictions at
+The optimizer (the update rule, its state m and h) is cramming.train.optimizers.sophia; this is the
+technique that feeds it. Every `hessian_every` steps, labels are sampled from the model's own predictions at
 the masked positions, and the squared gradient of the loss on those labels (times the tokens predicted)
-estimates the Gauss-Newton diagonal. That gradient comes from the same forward pass as the step's (one
-extra backward pass through it, no second forward and no second-order autograd, so the fused attention
-kernels stay usable). pytorch-optimizer has only SophiaH (Hutchinson), which needs a backward pass
-through the backward pass; this is written here.
+estimates the Gauss-Newton diagonal, which h takes in. That gradient comes from the same forward pass as the
+step's (one extra backward pass through it, no second forward and no second-order autograd, so the fused
+attention kernels stay usable).
 
-Two parts: the optimizer (the update rule, state m and h) and the callback that makes the estimate at
-`after_forward` (it needs the logits) and hands it over at `before_optimizer_step`.
+The callback makes the estimate at `after_forward` (it needs the logits) and hands it over at
+`before_optimizer_step`; the technique also owns the optimizer's two settings beside the common ones.
 """
 
 from typing import Optional
@@ -22,62 +20,17 @@ import torch.nn.functional as F
 from cramming.data.mlm import IGNORE_INDEX, labels_at_logits
 from cramming.errors import CrammingError, require
 from cramming.train.callbacks import TrainState
-from cramming.train.optimizers import Optimizer, optimizer_groups
 from cramming.train.techniques.base import RunContext, Setting, Technique, parameter_bytes
 
 
-class SophiaG(torch.optim.Optimizer):
-    """The update rule; `update_hessian` takes in an estimate (from SophiaHessian)."""
-
-    def __init__(self, params, lr: float, betas: tuple[float, float], gamma: float, weight_decay: float):
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), gamma=gamma, weight_decay=weight_decay))
-
-    @torch.no_grad()
-    def update_hessian(self, estimates: dict[torch.Tensor, torch.Tensor], tokens: int) -> None:
-        """h <- beta2 h + (1 - beta2) * tokens * g_hat^2 for each parameter with an estimate g_hat."""
-        for group in self.param_groups:
-            beta2 = group["betas"][1]
-            for parameter in group["params"]:
-                if parameter in estimates:
-                    hessian = self._state(parameter)["hessian"]
-                    hessian.mul_(beta2).addcmul_(estimates[parameter], estimates[parameter], value=(1 - beta2) * tokens)
-
-    def _state(self, parameter: torch.Tensor) -> dict:
-        state = self.state[parameter]
-        if not state:
-            state["momentum"] = torch.zeros_like(parameter)
-            state["hessian"] = torch.zeros_like(parameter)
-        return state
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        for group in self.param_groups:
-            beta1 = group["betas"][0]
-            for parameter in group["params"]:
-                if parameter.grad is None:
-                    continue
-                state = self._state(parameter)
-                parameter.mul_(1 - group["lr"] * group["weight_decay"])
-                state["momentum"].mul_(beta1).add_(parameter.grad, alpha=1 - beta1)
-                # gamma * h with tokens folded into h at update_hessian; 1e-15 keeps an empty h finite
-                ratio = (state["momentum"].abs() / (group["gamma"] * state["hessian"] + 1e-15)).clamp_(max=1.0)
-                parameter.addcmul_(state["momentum"].sign(), ratio, value=-group["lr"])
-
-
-def build_sophia(model: torch.nn.Module, optim) -> SophiaG:
-    return SophiaG(optimizer_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas), gamma=optim.gamma,
-                   weight_decay=optim.weight_decay)
-
-
 class SophiaHessian(Technique):
-    """Every `every` steps, the Gauss-Newton-Bartlett estimate of the Hessian diagonal for SophiaG. It brings
-    the optimizer (`train.optim.name=sophia`, its defaults in configs/optim/sophia.yaml) and its two
-    hyperparameters beside the common ones."""
+    """Every `every` steps, the Gauss-Newton-Bartlett estimate of the Hessian diagonal for SophiaG, on with
+    its optimizer (`train.optim.name=sophia`, its defaults in configs/optim/sophia.yaml); it owns the
+    optimizer's two hyperparameters beside the common ones."""
 
     label = "train.optim.name=sophia"
     settings = (Setting("train.optim.gamma", Optional[float]),  # the scale of its Hessian-clipped update
                 Setting("train.optim.hessian_every", Optional[int]))  # steps between Hessian estimates
-    optimizers = {"sophia": Optimizer(("lr", "betas", "weight_decay", "gamma", "hessian_every"), build_sophia)}
 
     def __init__(self, every: int, seed: int):
         self.every, self.seed = every, seed

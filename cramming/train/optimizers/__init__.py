@@ -1,46 +1,27 @@
 """The pretraining optimizer: the config group `optim` (`optim=lion`, or `train.optim.name=lion`) composes
-`configs/optim/<name>.yaml`, its name and its defaults, into `train.optim`.
+`configs/optim/<name>.yaml`, its name and its defaults, into `train.optim`; OPTIMIZERS holds every choice.
 
 A hyperparameter the optimizer does not use is an error rather than silently ignored (OptimConfig.check).
-Weight decay falls on matrices only for all of them (cramming.adamw.parameter_groups). Implementations come from torch.optim where it has them and from
-pytorch-optimizer (LAMB, Lion, Muon with its AdamW groups) otherwise, and torchao's AdamW8bit (CUDA only);
-a technique may bring more (its `optimizers`: Sophia's). docs/ablations.md says what each does.
+Weight decay falls on matrices only for all of them (cramming.adamw.parameter_groups). Implementations come
+from torch.optim where it has them and from pytorch-optimizer (LAMB, Lion, Muon with its AdamW groups)
+otherwise, and torchao's AdamW8bit (CUDA only); SophiaG is written here (sophia.py; its Hessian estimates come
+from the technique cramming.train.techniques.sophia). base.py says what an entry declares; docs/ablations.md
+what each does. Adding one: its builder (in its own file if it is written here), one line in OPTIMIZERS, and
+configs/optim/<name>.yaml.
 """
-
-from dataclasses import dataclass
-from typing import Any, Callable
 
 import torch
 from torch import nn
 
-from cramming.adamw import build_optimizer, parameter_groups
-from cramming.errors import CrammingError
 from cramming.model.crammed_bert import encoder_matrices
-
-
-@dataclass(frozen=True)
-class Optimizer:
-    keys: tuple[str, ...]  # the hyperparameters it reads, all in configs/optim/<name>.yaml
-    build: Callable[[nn.Module, Any], torch.optim.Optimizer]  # (model, resolved train.optim)
-    cuda_only: str | None = None  # what needs CUDA, for the error elsewhere (None: runs anywhere)
-    speed_notice: str | None = None  # on a GPU: where it is measured slower than the default
-    uses_torchao_kernels: bool = False  # on a GPU, its speed depends on torchao's compiled kernels
-    state_bytes_per_parameter: float = 8  # at most, in a checkpoint (AdamW: two fp32 moments); for disk estimates
-
-    def check_on_device(self, name: str, device: torch.device) -> None:
-        if self.cuda_only and device.type != "cuda":
-            raise CrammingError(f"train.optim.name={name} ({self.cuda_only}) needs a CUDA GPU; this run is on "
-                                f"{device.type}: use train.optim.name=adamw")
+from cramming.adamw import build_optimizer
+from cramming.train.optimizers.base import Optimizer, optimizer_groups
+from cramming.train.optimizers.sophia import SOPHIA
 
 
 def _adamw(model, optim):
     return build_optimizer(model, lr=optim.lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay,
                            decay_embeddings=optim.decay_embeddings)
-
-
-def optimizer_groups(model, optim) -> list[dict]:
-    """The parameter groups every optimizer here takes: weight decay on matrices only."""
-    return parameter_groups(model, optim.weight_decay, optim.decay_embeddings)
 
 
 def _lamb(model, optim):
@@ -88,29 +69,24 @@ def _adamw8bit(model, optim):
                      weight_decay=optim.weight_decay)
 
 
-BUILT_IN = {
-    "adamw": Optimizer(("lr", "betas", "eps", "weight_decay"), _adamw),
-    "lamb": Optimizer(("lr", "betas", "eps", "weight_decay"), _lamb),
-    "lion": Optimizer(("lr", "betas", "weight_decay"), _lion, state_bytes_per_parameter=4),
-    "sgd-nesterov": Optimizer(("lr", "momentum", "weight_decay"), _sgd_nesterov, state_bytes_per_parameter=4),
-    "adafactor": Optimizer(("lr", "weight_decay"), _adafactor),
-    "muon": Optimizer(("lr", "momentum", "betas", "eps", "weight_decay"), _muon),
-    "adamw8bit": Optimizer(
+OPTIMIZERS: dict[str, Optimizer] = {
+    "adamw": Optimizer(("lr", "betas", "eps", "weight_decay"), _adamw, offloadable=True),
+    "lamb": Optimizer(("lr", "betas", "eps", "weight_decay"), _lamb, offloadable=True),
+    "lion": Optimizer(("lr", "betas", "weight_decay"), _lion, state_bytes_per_parameter=4, offloadable=True),
+    "sgd-nesterov": Optimizer(("lr", "momentum", "weight_decay"), _sgd_nesterov, state_bytes_per_parameter=4,
+                              offloadable=True),
+    "adafactor": Optimizer(("lr", "weight_decay"), _adafactor, offloadable=True),
+    "muon": Optimizer(("lr", "momentum", "betas", "eps", "weight_decay"), _muon, offloadable=True),
+    "adamw8bit": Optimizer(  # not offloadable: its states would sit on the CPU
         ("lr", "betas", "eps", "weight_decay"), _adamw8bit, cuda_only="torchao's 8-bit AdamW states",
         uses_torchao_kernels=True, state_bytes_per_parameter=2,
         speed_notice="train.optim.name=adamw8bit saves optimizer memory, not time: torchao compiles its update "
                      "once per parameter shape at the first step, inside the budget (on an H100 40 steps of "
                      "crammed-bert did not finish in 120 s; docs/ablations.md)"),
+    "sophia": SOPHIA,
 }
-
-
-def optimizers() -> dict[str, Optimizer]:
-    """Every `train.optim.name` choice: the built-in ones and those the techniques bring."""
-    from cramming.train.techniques import TECHNIQUES
-
-    return {**BUILT_IN, **{name: entry for technique in TECHNIQUES for name, entry in technique.optimizers.items()}}
 
 
 def build_pretraining_optimizer(model: nn.Module, optim) -> torch.optim.Optimizer:
     """The optimizer train.optim (checked) describes, over the model's parameters."""
-    return optimizers()[optim.name].build(model, optim)
+    return OPTIMIZERS[optim.name].build(model, optim)

@@ -61,7 +61,7 @@ class PretrainConfig:
         problems = problems_of(
             lambda: check_data_config(self.data), self._check_top_level, self.train.check, self.impl.check,
             self._check_across_parts, self.checkpoint.check, self.logging.check, self.wandb.check,
-            *([self._eval_config().check] if self.eval is not None else []))
+            *([self._check_eval] if self.eval is not None else []))
         raise_problems(problems or problems_of(lambda: check_techniques(self)))
 
     def _check_top_level(self) -> None:
@@ -89,8 +89,10 @@ class PretrainConfig:
              "train.validation.early_stop_* needs a validation slice: data.validation_rows is 0"),
         ])
 
-    def _eval_config(self) -> GlueConfig:
-        return as_glue_config(self.eval)
+    def _check_eval(self) -> None:
+        from cramming.eval.tasks.registry import check_glue_config  # the tasks import transformers: eval=glue only
+
+        check_glue_config(as_glue_config(self.eval))
 
 
 def check_pretrain_config(cfg) -> None:

@@ -95,7 +95,7 @@ def _quantize(cfg: ExportConfig) -> None:
     """The int8 copy in `out` of a checkpoint (exported to a temporary folder first) or of a transformers
     folder; its size against the fp32 export's, and with quantize_eval_task the GLUE dev scores of both."""
     from cramming.model.export import export_to_transformers
-    from cramming.eval.finetune import glue_dev_scores
+    from cramming.eval.run import glue_dev_scores
     from cramming.model.quantize import auto_class, is_transformers_export, write_quantized
 
     with tempfile.TemporaryDirectory() as temporary:

@@ -12,7 +12,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from cramming.errors import CrammingError, problems_of, raise_problems, require
+from cramming.errors import CrammingError, require
 
 HF_PREFIX = "hf:"  # ckpt=hf:<hub id or folder>: a transformers encoder, not one of our checkpoints
 
@@ -77,12 +77,8 @@ class GlueConfig:
     local: LocalTaskConfig = field(default_factory=LocalTaskConfig)
 
     def check(self) -> None:
-        """Every value, the task names and each task's own settings, before any work: every problem."""
-        from cramming.eval.tasks.registry import requested_tasks
-
-        raise_problems(problems_of(self._check_values, lambda: requested_tasks(self)))
-
-    def _check_values(self) -> None:
+        """Its own values, every problem. The task names and each task's own settings are the registry's to check
+        (cramming.eval.tasks.registry.check_glue_config, which runs this first)."""
         require([
             (bool(self.seeds), "eval.seeds is empty; give at least one seed"),
             (len(self.betas) == 2 and all(0 <= beta < 1 for beta in self.betas),

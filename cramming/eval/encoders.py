@@ -17,9 +17,9 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from cramming.errors import CrammingError
-from cramming.library_noise import without_load_report
-from cramming.eval.config import HF_PREFIX  # noqa: F401  (where it was first; it lives in the light config module)
+from cramming.eval.config import HF_PREFIX
 from cramming.eval.parameter_efficient import LoraSettings
+from cramming.library_noise import without_load_report
 from cramming.model.checkpoint import build_classifier_from_pretrained, read_config, save_pretrained
 from cramming.model.initialization import init_module
 
@@ -52,11 +52,6 @@ class PretrainedEncoder:
     provenance: dict | None  # what pretrained it, where known
     load: Callable[[int, float], tuple[nn.Module, list[str], Callable[[nn.Module], None]]]
     save: Callable[[nn.Module, Path], None]  # a fine-tuned classifier, as a transformers folder
-
-    @property
-    def uses_token_types(self) -> bool:
-        """Segment ids for sentence pairs, where the tokenizer makes them (BERT); our models have none."""
-        return "token_type_ids" in self.tokenizer.model_input_names
 
     def classifier(self, num_labels: int, dropout: float, seed: int,
                    lora: LoraSettings | None = None) -> nn.Module:

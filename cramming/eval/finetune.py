@@ -3,7 +3,6 @@
 import logging
 import math
 import time
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -14,7 +13,6 @@ from cramming.errors import CrammingError
 from cramming.eval import metrics
 from cramming.eval.batching import EncodedSplit, collate, evaluation_batches, training_batches
 from cramming.eval.config import GlueConfig
-from cramming.eval.tasks.base import DataMissing
 from cramming.gradient_step import Precision, Step, StepState
 from cramming.schedules import lr_multiplier
 
@@ -122,34 +120,3 @@ def predict(
 def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
     return {key: value.to(device, non_blocking=True) for key, value in batch.items()}
 
-
-def glue_dev_scores(folder: Path, task_name: str, glue_dir: str | None) -> dict:
-    """A fine-tuned model's export (fp32, or its int8 copy: model/quantize.py) scored on the task's dev split(s),
-    on the CPU, with the GLUE protocol's tokenization; the task loads, encodes and scores as in eval_glue.py."""
-    from transformers import AutoTokenizer
-
-    from cramming.eval.tasks.registry import TASKS  # (the registry's GLUE tasks import this module)
-
-    if task_name not in TASKS:
-        raise CrammingError(f"quantize_eval_task={task_name!r} is not a GLUE task; choose one of {', '.join(TASKS)}")
-    protocol = GlueConfig(tasks=[task_name], data_dir=glue_dir)
-    try:
-        task = TASKS[task_name].configured(protocol)
-    except CrammingError as error:  # settings of its own (eval.local.*) that the export command does not take
-        raise CrammingError(f"quantize_eval_task={task_name}: {error}") from None
-    model = task.saved_model(folder)
-    if model is None:
-        raise CrammingError(f"quantize_eval_task={task_name}: {folder} is not a classifier fine-tuned on it "
-                            f"({task.head}); quantize one kept by eval_glue.py eval.save_models=true")
-    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-    try:
-        data = task.load(glue_dir, protocol.max_malformed_fraction)
-    except DataMissing as reason:
-        raise CrammingError(f"quantize_eval_task={task_name}: no data to score it on ({reason})") from None
-    cpu, fp32 = torch.device("cpu"), Precision("fp32", "cpu")
-    scores = {}
-    for name, split in data.evaluations.items():
-        encoded = task.encode(split, tokenizer, protocol.max_length)
-        scores[name] = evaluate(model, encoded, name, task.score, protocol.eval_batch_size, cpu, fp32,
-                                tokenizer.pad_token_id)
-    return scores

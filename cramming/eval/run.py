@@ -1,4 +1,5 @@
-"""The GLUE stage: fine-tune a fresh copy of a pretrained encoder on each task, score it, write the report."""
+"""The GLUE stage: fine-tune a fresh copy of a pretrained encoder on each task, score it, write the report; and
+a kept classifier's export scored on its task's dev split the same way (export.py's quantize_eval_task)."""
 
 import dataclasses
 import json
@@ -15,13 +16,13 @@ from cramming.errors import CrammingError
 from cramming.eval.batching import subset
 from cramming.eval.config import GlueConfig, as_glue_config, protocol_deviations
 from cramming.eval.encoders import PretrainedEncoder, open_encoder
-from cramming.eval.finetune import finetune
+from cramming.eval.finetune import evaluate, finetune
 from cramming.eval.parameter_efficient import FULL_FINE_TUNING, LoraSettings, lora_settings, parameter_counts, record
 from cramming.eval.report import write_reports
 from cramming.eval.submission import zip_submission
 from cramming.eval.tasks.base import DataMissing, Task, TaskData
 from cramming.eval.tasks.glue import PROTOCOL_NUMBERS, glue_average
-from cramming.eval.tasks.registry import requested_tasks
+from cramming.eval.tasks.registry import TASK_NAMES, check_glue_config, requested_tasks, task_named
 from cramming.eval.tasks.superglue import SCORE_METRICS, SuperGlueTask, superglue_score
 from cramming.gradient_step import Precision
 from cramming.provenance import provenance
@@ -40,7 +41,7 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path,
     """
     started = time.perf_counter()
     cfg = as_glue_config(eval_cfg)
-    cfg.check()
+    check_glue_config(cfg)
     tasks = requested_tasks(cfg)
     lora = lora_settings(cfg)
     device = resolve_device(cfg.device, "eval.device")
@@ -211,3 +212,34 @@ def _run_task(
         "skipped_malformed_rows": {s.source: s.skipped_rows for s in every_split if s.skipped_rows},
         "wall_seconds": time.perf_counter() - started,
     }
+
+
+def glue_dev_scores(folder: Path, task_name: str, glue_dir: str | None) -> dict:
+    """A fine-tuned model's export (fp32, or its int8 copy: model/quantize.py) scored on the task's dev split(s),
+    on the CPU, with the GLUE protocol's tokenization; the task loads, encodes and scores as in eval_glue.py."""
+    from transformers import AutoTokenizer
+
+    if task_name not in TASK_NAMES:
+        raise CrammingError(f"quantize_eval_task={task_name!r} is not a GLUE task; choose one of "
+                            f"{', '.join(TASK_NAMES)}")
+    protocol = GlueConfig(tasks=[task_name], data_dir=glue_dir)
+    try:
+        task = task_named(task_name).configured(protocol)
+    except CrammingError as error:  # settings of its own (eval.local.*) that the export command does not take
+        raise CrammingError(f"quantize_eval_task={task_name}: {error}") from None
+    model = task.saved_model(folder)
+    if model is None:
+        raise CrammingError(f"quantize_eval_task={task_name}: {folder} is not a classifier fine-tuned on it "
+                            f"({task.head}); quantize one kept by eval_glue.py eval.save_models=true")
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    try:
+        data = task.load(glue_dir, protocol.max_malformed_fraction)
+    except DataMissing as reason:
+        raise CrammingError(f"quantize_eval_task={task_name}: no data to score it on ({reason})") from None
+    cpu, fp32 = torch.device("cpu"), Precision("fp32", "cpu")
+    scores = {}
+    for name, split in data.evaluations.items():
+        encoded = task.encode(split, tokenizer, protocol.max_length)
+        scores[name] = evaluate(model, encoded, name, task.score, protocol.eval_batch_size, cpu, fp32,
+                                tokenizer.pad_token_id)
+    return scores

@@ -7,7 +7,7 @@ fp32. The copy is a transformers folder like the export (same config, tokenizer 
 its `quantization_config`); it loads with `from_pretrained(..., trust_remote_code=True)` where torchao is
 installed. It is for inference: fine-tuning int8 weights is not what it is for, so quantize the fine-tuned
 classifier (eval.save_models=true keeps them) and score it with `quantize_eval_task`
-(cramming.eval.finetune.glue_dev_scores).
+(cramming.eval.run.glue_dev_scores).
 """
 
 import json

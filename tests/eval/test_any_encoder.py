@@ -12,7 +12,7 @@ from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 from cramming.eval.batching import collate
 from cramming.eval.encoders import open_encoder
 from cramming.eval.run import run_glue
-from cramming.eval.tasks.registry import TASKS
+from cramming.eval.tasks.registry import task_named
 from cramming.model.export import export_to_transformers
 from tests.commands import in_process
 
@@ -55,12 +55,14 @@ def test_our_export_scores_what_our_checkpoint_scores(rte_checkpoint, tmp_path):
 @pytest.mark.slow
 def test_a_transformers_bert_folder_is_scored_with_its_segment_ids(bert_folder, tmp_path):
     encoder = open_encoder(f"hf:{bert_folder}", dropout=0.1)
-    assert encoder.uses_token_types and encoder.max_positions == 128
-    rte = TASKS["rte"]
+    assert encoder.max_positions == 128
+    rte = task_named("rte")
     split = rte.encode(rte.load(str(GLUE_DIR), 0.001).train, encoder.tokenizer, 128)
     batch = collate(split, [0, 1], encoder.tokenizer.pad_token_id)
     assert batch["token_type_ids"].max() == 1  # the second sentence is segment 1
-    classifier = encoder.classifier(num_labels=2, dropout=0.1, seed=0)
+    classifier = encoder.classifier(num_labels=2, dropout=0.1, seed=0).eval()
+    without_segments = {key: value for key, value in batch.items() if key != "token_type_ids"}
+    assert not torch.equal(classifier(**batch).logits, classifier(**without_segments).logits)  # the model reads them
     assert classifier.config.hidden_dropout_prob == 0.1 == classifier.config.attention_probs_dropout_prob
 
     run = in_process("eval_glue", f"ckpt=hf:{bert_folder}", f"output_dir={tmp_path / 'g'}", "eval.tasks=[rte]",

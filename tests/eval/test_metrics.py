@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from cramming.eval.tasks.glue import PROTOCOL_NUMBERS, glue_average
-from cramming.eval.tasks.registry import TASKS
+from cramming.eval.tasks.registry import task_named
 
 
 def score(task: str, outputs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    return TASKS[task].score(outputs, labels)
+    return task_named(task).score(outputs, labels)
 
 
 def _logits(predicted: list[int], classes: int = 2) -> np.ndarray:

@@ -7,8 +7,11 @@ import pytest
 import torch
 from transformers import BertTokenizerFast, ModernBertConfig, ModernBertForMaskedLM
 
+from cramming.eval.batching import collate
 from cramming.eval.encoders import DROPOUT_KEYS, open_encoder
 from cramming.eval.run import run_glue
+from cramming.eval.tasks.classification import TextSplit
+from cramming.eval.tasks.registry import task_named
 from cramming.model import build_mlm_model
 from cramming.model.checkpoint import load_pretrained, save_pretrained
 from cramming.model.export import export_to_transformers
@@ -57,9 +60,11 @@ def test_our_export_and_a_modernbert_folder_take_the_same_path(modernbert_folder
     export_to_transformers(tmp_path / "checkpoint", tmp_path / "export")
     for folder in (modernbert_folder, tmp_path / "export"):
         encoder = open_encoder(f"hf:{folder}", dropout=0.1)
-        assert not encoder.uses_token_types
         classifier = encoder.classifier(num_labels=2, dropout=0.1, seed=0)
         assert type(classifier).__name__ == "ModernBertForSequenceClassification"
+        pair = TextSplit(["a premise"], ["a hypothesis"], [0], "a pair")
+        batch = collate(task_named("rte").encode(pair, encoder.tokenizer, 128), [0], encoder.tokenizer.pad_token_id)
+        assert "token_type_ids" not in batch and classifier(**batch).logits.shape == (1, 2)  # [SEP] alone splits it
         dropouts = {key: getattr(classifier.config, key) for key in DROPOUT_KEYS if hasattr(classifier.config, key)}
         assert dropouts == dict.fromkeys(("classifier_dropout", "embedding_dropout", "attention_dropout",
                                           "mlp_dropout"), 0.1)

@@ -1,8 +1,14 @@
-"""The tasks `eval.tasks` can name: one line each. A new task is its own file plus its line here."""
+"""The tasks `eval.tasks` can name, one entry each in TASKS, and the check of an eval config against them. A new
+task is its own file plus its entry here.
+
+TASKS holds Task objects, not classes: GLUE's nine tasks are rows of one class (glue.py), as SuperGLUE's text-pair
+tasks are (superglue.py); a task with settings of its own is set up from the config by its `configured`.
+"""
 
 import difflib
 
-from cramming.errors import CrammingError
+from cramming.errors import CrammingError, problems_of, raise_problems
+from cramming.eval.config import GlueConfig
 from cramming.eval.tasks.base import Task
 from cramming.eval.tasks.copa import Copa
 from cramming.eval.tasks.glue import GLUE_TASKS
@@ -13,7 +19,7 @@ from cramming.eval.tasks.record import Record
 from cramming.eval.tasks.superglue import PAIR_TASKS
 from cramming.eval.tasks.swag import Swag
 
-TASKS: dict[str, Task] = {task.name: task for task in (
+TASKS: tuple[Task, ...] = (
     *GLUE_TASKS,  # cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli
     *PAIR_TASKS,  # SuperGLUE's boolq, cb, wic, wsc, axb, axg (its rte is GLUE's)
     Copa(),
@@ -22,19 +28,20 @@ TASKS: dict[str, Task] = {task.name: task for task in (
     Race(),
     Swag(),
     LocalTask(),
-)}
+)
+TASK_NAMES = tuple(task.name for task in TASKS)
 
 
 def task_named(name: str) -> Task:
     """The registry's task of that name; an unknown one is an error listing the known ones."""
-    if name not in TASKS:
-        near = difflib.get_close_matches(name, list(TASKS), n=1)
-        raise CrammingError(f"unknown GLUE task '{name}'; known tasks: {', '.join(TASKS)}"
+    if name not in TASK_NAMES:
+        near = difflib.get_close_matches(name, TASK_NAMES, n=1)
+        raise CrammingError(f"unknown GLUE task '{name}'; known tasks: {', '.join(TASK_NAMES)}"
                             f"{f' — did you mean {near[0]}?' if near else ''}")
-    return TASKS[name]
+    return TASKS[TASK_NAMES.index(name)]
 
 
-def requested_tasks(cfg) -> list[Task]:
+def requested_tasks(cfg: GlueConfig) -> list[Task]:
     """The tasks of cfg.tasks, in its order, each set up by cfg (a task's settings are checked, and rejected when
     set for a task cfg.tasks does not name)."""
     if not cfg.tasks:
@@ -42,5 +49,11 @@ def requested_tasks(cfg) -> list[Task]:
     if len(set(cfg.tasks)) != len(cfg.tasks):
         raise CrammingError(f"eval.tasks lists a task twice: {cfg.tasks}")
     tasks = [task_named(name) for name in cfg.tasks]
-    configured = {task.name: task.configured(cfg) for task in TASKS.values()}
+    configured = {task.name: task.configured(cfg) for task in TASKS}
     return [configured[task.name] for task in tasks]
+
+
+def check_glue_config(cfg: GlueConfig) -> None:
+    """Every problem of an eval config, before any work: its values (GlueConfig.check), then the task names and
+    each task's own settings."""
+    raise_problems(problems_of(cfg.check, lambda: requested_tasks(cfg)))

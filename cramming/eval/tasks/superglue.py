@@ -25,6 +25,7 @@ import torch
 from cramming.errors import CrammingError
 from cramming.eval import metrics
 from cramming.eval.batching import EncodedSplit
+from cramming.eval.finetune import predict
 from cramming.eval.tasks.base import DataMissing, EvalSplit, Task, TaskData, load_hub, load_splits
 from cramming.eval.tasks.classification import TextClassification
 from cramming.eval.tasks.jsonl import label_of, read_jsonl
@@ -144,8 +145,6 @@ class SuperGlueTask(Task):
 
     def write_submission(self, model, tokenizer, cfg, device, precision, folder: Path) -> dict:
         """<folder>/<submission>.jsonl: one object a line, as the SuperGLUE leaderboard takes it."""
-        from cramming.eval.finetune import predict  # (finetune imports the tasks' base)
-
         try:
             test = self.load_test(cfg.data_dir)
         except DataMissing as reason:

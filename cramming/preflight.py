@@ -288,7 +288,7 @@ def trial_microbatch(cfg, settings) -> Trial:
 def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed]) -> list[str]:
     """The run in a few lines: what, where, how long (`seconds` of wall budget, None where the device is not
     known), how much, and what follows it."""
-    from cramming.train.metrics import format_duration
+    from cramming.train.reporting import format_duration
 
     data = cfg.data
     lines = [f"plan: {cfg.arch.name} on gpu={cfg.gpu.name}, data={data.source}, {data.tokenizer.kind} vocabulary "

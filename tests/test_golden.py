@@ -80,7 +80,7 @@ def test_the_check_says_what_it_runs_and_shows_the_runs_progress(tmp_path, monke
     from cramming.cli import update_golden
 
     def pretraining(workdir):
-        logging.getLogger("cramming.train.metrics").info("step 1 | the run's own progress line")
+        logging.getLogger("cramming.train.reporting").info("step 1 | the run's own progress line")
         return golden.read(update_golden.GOLDEN_DIR, golden.PRETRAIN_FILE), workdir
 
     (tmp_path / "RTE").mkdir()

@@ -13,12 +13,12 @@ from cramming.data.config import PrepareDataConfig  # registers the config schem
 
 @hydra_command("prepare_data", PrepareDataConfig, directories=("cache_dir",))
 def main(cfg: PrepareDataConfig) -> None:
+    from cramming.data.description import describe_dataset
     from cramming.data.prepare import prepare_dataset
-    from cramming.data.summary import format_summary
 
     started = time.perf_counter()
     dataset, reused = prepare_dataset(cfg.data, cfg.cache_dir)
-    print(format_summary(dataset, reused, time.perf_counter() - started), flush=True)
+    print(describe_dataset(dataset, reused, time.perf_counter() - started), flush=True)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from cramming.data.mixture import Mixture
 from cramming.data.ordering import row_order, sentence_end_ids
 from cramming.data.packing import RowWriter, TextBatch, documents_to_stream
 from cramming.data.pretrained_tokenizer import pretrained_tokenizer, tokenizer_sha256
-from cramming.data.progress import PreparationProgress
+from cramming.data.progress_bar import PreparationProgress
 from cramming.data.source_base import Document, Source
 from cramming.data.sources import check_data_config, source_from_config
 from cramming.data.tokenizer import train_tokenizer

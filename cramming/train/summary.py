@@ -19,8 +19,8 @@ import torch
 from cramming.files import write_atomically
 from cramming.hardware import model_flops_utilization
 from cramming.runs import read_records
-from cramming.train.metrics import MetricsLogger, WandbLogger
 from cramming.train.plots import plot_run
+from cramming.train.reporting import MetricsLogger, WandbLogger
 
 log = logging.getLogger("pretrain")
 SMOOTHING_FRACTION = 0.1  # smoothed loss: mean of the records in the last 10% of the steps

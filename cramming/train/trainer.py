@@ -30,11 +30,11 @@ from cramming.provenance import config_sha256, provenance
 from cramming.runs import (CONFIG_FILE, FINAL, RunStart, new_run_dir, read_records, record_config,
                            resolve_checkpoint, resumed_run_dir, run_of)
 from cramming.train.callbacks import Callback, CallbackList, TrainState
-from cramming.train.checkpoint import (Checkpointer, Heartbeat, NonFiniteWeightsError, charge_lost_time,
+from cramming.train.checkpointing import (Checkpointer, Heartbeat, NonFiniteWeightsError, charge_lost_time,
                                        check_resumed_model, load_state, restore, resume_fingerprint)
 from cramming.train.distributed import Distributed, NodeHandoff
 from cramming.train.loop import Schedule, count_microbatch, counted_finite, run_loop
-from cramming.train.metrics import (MetricsLog, MetricsLogger, ProgressBar, WandbLogger, format_duration,
+from cramming.train.reporting import (MetricsLog, MetricsLogger, ProgressBar, WandbLogger, format_duration,
                                     use_bar)
 from cramming.train.optimizers import build_pretraining_optimizer
 from cramming.train.plots import PlotRefresh
@@ -109,7 +109,7 @@ class Run:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
-    fingerprint: dict  # what a resume must match (cramming.train.checkpoint.resume_fingerprint)
+    fingerprint: dict  # what a resume must match (cramming.train.checkpointing.resume_fingerprint)
     progress: Progress  # zero, or the resumed checkpoint's
     checkpoint: Path | None  # the checkpoint resumed from
     saved: dict | None  # its trainer state

@@ -10,9 +10,9 @@ from omegaconf import OmegaConf
 
 from cramming.data import store
 from cramming.data.config import DataConfig, FilterConfig
+from cramming.data.description import describe_dataset
 from cramming.data.filters import median_tokens_per_char, trash_cutoff
 from cramming.data.prepare import prepare_dataset
-from cramming.data.summary import format_summary
 from tests.train.runs import compose_config
 
 
@@ -66,7 +66,7 @@ def test_median_scaling_drops_alike_at_two_vocabulary_sizes(paragraphs, tmp_path
             if scaling == "median":
                 assert 0.2 < trash["median_ratio"] < 0.5
                 assert trash["cutoff"] == pytest.approx(1.3 * trash["median_ratio"], abs=1e-5)
-                assert "x the median" in format_summary(dataset, False, 1.0)
+                assert "x the median" in describe_dataset(dataset, False, 1.0)
             else:
                 assert trash == {"cutoff": 0.3, "scaling": "none", "median_ratio": None}
     # measured: fixed 0.3 drops 97% of the paragraphs at 600 and 23% at 4000; 1.3 x the median 3% and 7%

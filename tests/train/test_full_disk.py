@@ -18,7 +18,7 @@ import cramming.preflight
 from cramming.errors import describe_os_error
 from cramming.files import WriteFailed, write_atomically
 from cramming.model.checkpoint import load_pretrained, save_pretrained
-from cramming.train.metrics import MetricsLog, StepFacts
+from cramming.train.reporting import MetricsLog, StepFacts
 from tests.commands import in_process, in_subprocess
 
 ROOMY = 64 * 2**20

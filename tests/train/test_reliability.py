@@ -21,10 +21,10 @@ from cramming.data import prepare as prepare_module
 from cramming.data.prepare import prepare_dataset
 from cramming.errors import CrammingError
 from cramming.model.checkpoint import read_weights
-from cramming.train import checkpoint
+from cramming.pretraining import pretrain
+from cramming.train import checkpointing
 from cramming.train.callbacks import Callback
 from cramming.train.stopping import Interrupted
-from cramming.pretraining import pretrain
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT
 from tests.train.runs import STEP_RUN, InterruptAt, compose_config, copy_run, only_run, records, summary
@@ -156,7 +156,7 @@ def test_resuming_a_checkpoint_from_elsewhere_writes_into_output_dir(shared_cach
 
 
 def test_a_heartbeat_is_written_while_training(shared_cache, tmp_path, monkeypatch):
-    monkeypatch.setattr(checkpoint, "HEARTBEAT_INTERVAL_S", 0.0)  # a heartbeat at every microbatch
+    monkeypatch.setattr(checkpointing, "HEARTBEAT_INTERVAL_S", 0.0)  # a heartbeat at every microbatch
     with pytest.raises(KeyboardInterrupt):  # dies before step 6, long before its first checkpoint
         pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path}", "checkpoint.interval_minutes=100"]),
                  callbacks=[InterruptAt(6)])

@@ -18,6 +18,7 @@ from cramming.errors import CrammingError
 from cramming.model import build_mlm_model
 from cramming.model.checkpoint import load_pretrained, read_config
 from cramming.model.config import as_model_config
+from cramming.pretraining import pretrain
 from cramming.train.callbacks import Callback, TrainState
 from cramming.train.optimizers.sophia import SophiaG
 from cramming.train.progress import Progress
@@ -26,11 +27,10 @@ from cramming.train.techniques.ema import Ema
 from cramming.train.techniques.importance_sampling import ImportanceSampling
 from cramming.train.techniques.layer_drop import drop_rates
 from cramming.train.techniques.sam import SharpnessAwareStep
-from cramming.train.techniques.sophia import SophiaHessian
+from cramming.train.techniques.sophia_hessian import SophiaHessian
 from cramming.train.techniques.sparsity import Sparsity, gradual_density, magnitude_mask, two_of_four_mask
 from cramming.train.techniques.stacking import Stacking
 from cramming.train.techniques.z_loss import z_penalty
-from cramming.pretraining import pretrain
 from tests.conftest import REPO_ROOT
 from tests.test_bad_inputs import run_command
 from tests.train.runs import NO_PROBE, STEP_RUN, InterruptAt, compose_config, records, summary

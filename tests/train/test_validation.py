@@ -13,9 +13,9 @@ from omegaconf import OmegaConf
 from cramming.data.mlm import PackedRows
 from cramming.data.prepare import prepare_dataset
 from cramming.model import build_mlm_model
-from cramming.train.metrics import ProgressBar, use_bar
-from cramming.train.stopping import BudgetClock, StoppingRule
 from cramming.pretraining import pretrain
+from cramming.train.reporting import ProgressBar, use_bar
+from cramming.train.stopping import BudgetClock, StoppingRule
 from cramming.train.validation import validate
 from tests.train.runs import NO_PROBE, STEP_RUN, compose_config, only_run, records, summary
 

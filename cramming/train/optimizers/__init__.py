@@ -5,7 +5,7 @@ A hyperparameter the optimizer does not use is an error rather than silently ign
 Weight decay falls on matrices only for all of them (cramming.adamw.parameter_groups). Implementations come
 from torch.optim where it has them and from pytorch-optimizer (LAMB, Lion, Muon with its AdamW groups)
 otherwise, and torchao's AdamW8bit (CUDA only); SophiaG is written here (sophia.py; its Hessian estimates come
-from the technique cramming.train.techniques.sophia). base.py says what an entry declares; docs/ablations.md
+from the technique cramming.train.techniques.sophia_hessian). base.py says what an entry declares; docs/ablations.md
 what each does. Adding one: its builder (in its own file if it is written here), one line in OPTIMIZERS, and
 configs/optim/<name>.yaml.
 """
@@ -13,8 +13,8 @@ configs/optim/<name>.yaml.
 import torch
 from torch import nn
 
-from cramming.model.crammed_bert import encoder_matrices
 from cramming.adamw import build_optimizer
+from cramming.model.crammed_bert import encoder_matrices
 from cramming.train.optimizers.base import Optimizer, optimizer_groups
 from cramming.train.optimizers.sophia import SOPHIA
 

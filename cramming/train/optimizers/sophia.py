@@ -3,7 +3,7 @@ Pre-training"), the update rule of `train.optim.name=sophia`, and its entry in t
 
 The update is a momentum m divided by a diagonal Hessian estimate h, clipped per coordinate:
 w -= lr * sign(m) * min(|m| / (gamma * tokens * h), 1), with decoupled weight decay. h takes in the
-Gauss-Newton-Bartlett estimates that the technique in cramming.train.techniques.sophia makes every
+Gauss-Newton-Bartlett estimates that the technique in cramming.train.techniques.sophia_hessian makes every
 `hessian_every` steps (`update_hessian`). pytorch-optimizer has only SophiaH (Hutchinson), which needs a
 backward pass through the backward pass; this is written here.
 """

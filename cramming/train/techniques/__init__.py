@@ -24,7 +24,7 @@ from cramming.train.techniques.importance_sampling import ImportanceSampling
 from cramming.train.techniques.layer_drop import LayerDrop
 from cramming.train.techniques.offload import OffloadOptimizer
 from cramming.train.techniques.sam import SharpnessAware
-from cramming.train.techniques.sophia import SophiaHessian
+from cramming.train.techniques.sophia_hessian import SophiaHessian
 from cramming.train.techniques.sparsity import Sparsity
 from cramming.train.techniques.stacking import Stacking
 from cramming.train.techniques.z_loss import ZLoss

@@ -3,7 +3,7 @@
 from cramming.data import store
 
 
-def format_summary(dataset: store.PreparedDataset, reused: bool, seconds: float) -> str:
+def describe_dataset(dataset: store.PreparedDataset, reused: bool, seconds: float) -> str:
     meta = dataset.meta
     docs = meta["documents"]
     dropped = ", ".join(f"{reason} {count}" for reason, count in docs["dropped"].items())

@@ -22,9 +22,9 @@ from tqdm import tqdm
 from cramming.errors import CrammingError
 from cramming.files import write_atomically
 from cramming.hardware import model_flops_utilization
+from cramming.runs import read_records
 from cramming.train.callbacks import Callback, TrainState
 from cramming.train.stopping import StoppingRule
-from cramming.runs import read_records
 from cramming.train.telemetry import TelemetrySampler
 
 log = logging.getLogger("pretrain")

@@ -25,14 +25,11 @@ def checkpoint_activations(model: torch.nn.Module) -> None:
 
 class ActivationCheckpointing(Technique):
     label = "impl.activation_checkpointing=true"
+    switch = "impl.activation_checkpointing"
     # true: each layer's activations are recomputed in the backward pass instead of kept (less memory, about a
     # third more compute; the GPU microbatch search then finds a larger microbatch)
     settings = (Setting("impl.activation_checkpointing", bool, False),)
     variant, variant_overrides = "activation-checkpointing", ("impl.activation_checkpointing=true",)
-
-    @staticmethod
-    def enabled(cfg) -> bool:
-        return bool(cfg.impl.activation_checkpointing)
 
     @staticmethod
     def microbatch_key(cfg) -> dict:

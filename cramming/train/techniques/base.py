@@ -6,7 +6,8 @@ Declared at class level, before any run exists:
 - `label`: the override that switches it on, as users type it; it names the technique in messages and in
   other techniques' `conflicts`;
 - `settings`: the config keys it owns (`Setting`: where users set it, type, default), added to the schema;
-- `enabled(cfg)`, `check(cfg)` (its values, before any data), `conflicts` (label -> why);
+- `switch` (and `switch_value`): the key that switches it on, from which `enabled(cfg)` follows;
+- `check(cfg)` (its values, before any data), `conflicts` (label -> why);
 - `check_on_device(cfg, run)`: what it needs of the device, the compiler, the precision, the world size, and
   `needs_cuda`: whether it does anything (or can run) without a CUDA GPU;
 - `speed_notice(cfg, device)`: one line where it is measured slower than the default;
@@ -17,6 +18,7 @@ Declared at class level, before any run exists:
 """
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -58,14 +60,19 @@ class Technique(Callback):
     set-up events below, each a no-op by default."""
 
     label: str = ""
+    switch: str = ""  # the config key that switches it on (`train.z_loss.weight`)
+    switch_value: Any = None  # on when `switch` holds this value (`train.sampling` = importance); None: when set
     settings: tuple[Setting, ...] = ()
     conflicts: dict[str, str] = {}
     variant: str | None = None
     variant_overrides: tuple[str, ...] = ()
 
-    @staticmethod
-    def enabled(cfg) -> bool:
-        raise NotImplementedError
+    @classmethod
+    def enabled(cls, cfg) -> bool:
+        """Whether the config switches it on: the value at `switch` is set (not 0, false, null or empty), or equals
+        `switch_value` where one is declared."""
+        value = functools.reduce(getattr, cls.switch.split("."), cfg)
+        return bool(value) if cls.switch_value is None else value == cls.switch_value
 
     @staticmethod
     def check(cfg) -> None:

@@ -51,15 +51,12 @@ def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor
 
 class Distillation(Technique):
     label = "train.distill"
+    switch = "train.distill.teacher"
     settings = (Setting("train.distill", DistillConfig),)
 
     def __init__(self, teacher: Path, alpha: float, temperature: float):
         self.teacher_path, self.alpha, self.temperature = teacher, alpha, temperature
         self.teacher: CrammedForMaskedLM | None = None
-
-    @staticmethod
-    def enabled(cfg) -> bool:
-        return bool(cfg.train.distill.teacher)
 
     @staticmethod
     def check(cfg) -> None:

@@ -33,6 +33,7 @@ class EmaConfig:
 
 class Ema(Technique):
     label = "train.ema"
+    switch = "train.ema.decay"
     settings = (Setting("train.ema", EmaConfig),)
     variant, variant_overrides = "ema", ("train.ema.decay=0.999",)
     conflicts = {"train.stacking": "do not combine: a grown layer's average would mix in its weights from before it "
@@ -44,10 +45,6 @@ class Ema(Technique):
         self.decay = decay
         self.average: list[torch.Tensor] = []  # fp32, one per parameter, in model.parameters() order
         self.updates = 0
-
-    @staticmethod
-    def enabled(cfg) -> bool:
-        return bool(cfg.train.ema.decay)
 
     @staticmethod
     def check(cfg) -> None:

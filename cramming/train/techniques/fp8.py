@@ -65,15 +65,12 @@ def convert_to_fp8(model: nn.Module, emulate: bool = False) -> list[str]:
 
 class Fp8(Technique):
     label = "impl.fp8=true"
+    switch = "impl.fp8"
     # true: the encoder layers' Linear layers compute in float8; needs an NVIDIA GPU of compute capability 8.9+
     # (Ada, Hopper) and compile; anywhere else a one-line error
     settings = (Setting("impl.fp8", bool, False),)
     variant, variant_overrides = "fp8", ("impl.fp8=true",)
     uses_torchao_kernels = needs_cuda = True
-
-    @staticmethod
-    def enabled(cfg) -> bool:
-        return bool(cfg.impl.fp8)
 
     @staticmethod
     def check_on_device(cfg, run: RunContext) -> None:

@@ -35,6 +35,7 @@ SAMPLINGS = ("sequential", "importance")  # train.sampling: the prepared data or
 
 class ImportanceSampling(Technique):
     label = "train.sampling=importance"
+    switch, switch_value = "train.sampling", "importance"
     # sequential: the prepared data order | importance: rows drawn by their last-seen loss, importance-weighted
     settings = (Setting("train.sampling", str, "sequential"),)
 
@@ -42,10 +43,6 @@ class ImportanceSampling(Technique):
         self.seed = seed
         self.losses: np.ndarray | None = None  # (N,) last-seen loss per row position; NaN: not seen yet
         self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (positions, losses) not yet in `losses`
-
-    @staticmethod
-    def enabled(cfg) -> bool:
-        return cfg.train.sampling == "importance"
 
     @staticmethod
     def check(cfg) -> None:

@@ -35,15 +35,12 @@ def drop_rates(fraction: float, num_layers: int, max_rate: float, rise_fraction:
 
 class LayerDrop(Technique):
     label = "train.layer_drop"
+    switch = "train.layer_drop.max_rate"
     settings = (Setting("train.layer_drop", LayerDropConfig),)
     conflicts = {"train.stacking": "both set the layers a step runs: use one at a time"}
 
     def __init__(self, max_rate: float, rise_fraction: float, seed: int):
         self.max_rate, self.rise_fraction, self.seed = max_rate, rise_fraction, seed
-
-    @staticmethod
-    def enabled(cfg) -> bool:
-        return bool(cfg.train.layer_drop.max_rate)
 
     @staticmethod
     def check(cfg) -> None:

@@ -52,6 +52,7 @@ def offload(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
 
 class OffloadOptimizer(Technique):
     label = "impl.offload_optimizer=true"
+    switch = "impl.offload_optimizer"
     # true: optimizer state and master weights in CPU memory, the update on the CPU (one GPU, not fp16); a no-op
     # with a notice on a CPU-only run
     settings = (Setting("impl.offload_optimizer", bool, False),)
@@ -64,10 +65,6 @@ class OffloadOptimizer(Technique):
 
     def __init__(self, on_gpu: bool):
         self.on_gpu = on_gpu
-
-    @staticmethod
-    def enabled(cfg) -> bool:
-        return bool(cfg.impl.offload_optimizer)
 
     @staticmethod
     def check(cfg) -> None:

@@ -20,15 +20,12 @@ from cramming.train.techniques.base import RunContext, Setting, Technique, param
 
 class SharpnessAware(Technique):
     label = "train.optim.sam_rho"
+    switch = "train.optim.sam_rho"
     settings = (Setting("train.optim.sam_rho", float, 0.0),)
     variant, variant_overrides = "sam", ("train.optim.sam_rho=0.05",)
 
     def __init__(self, rho: float):
         self.rho = rho
-
-    @staticmethod
-    def enabled(cfg) -> bool:
-        return bool(cfg.train.optim.sam_rho)
 
     @staticmethod
     def check(cfg) -> None:

@@ -29,6 +29,7 @@ class SophiaHessian(Technique):
     optimizer's two hyperparameters beside the common ones."""
 
     label = "train.optim.name=sophia"
+    switch, switch_value = "train.optim.name", "sophia"
     settings = (Setting("train.optim.gamma", Optional[float]),  # the scale of its Hessian-clipped update
                 Setting("train.optim.hessian_every", Optional[int]))  # steps between Hessian estimates
 
@@ -36,10 +37,6 @@ class SophiaHessian(Technique):
         self.every, self.seed = every, seed
         self.estimates: dict[torch.Tensor, torch.Tensor] = {}  # parameter -> sampled-label gradient, summed
         self.tokens = 0
-
-    @staticmethod
-    def enabled(cfg) -> bool:
-        return cfg.train.optim.name == "sophia"
 
     @staticmethod
     def check(cfg) -> None:

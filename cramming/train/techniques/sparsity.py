@@ -102,6 +102,7 @@ def gradual_density(fraction: float, density: float, start: float, end: float) -
 
 class Sparsity(Technique):
     label = "train.sparsity"
+    switch = "train.sparsity.method"
     settings = (Setting("train.sparsity", SparsityConfig),)
     conflicts = {"train.stacking": "do not combine: a grown layer would keep its own mask, not its source's",
                  "train.optim.sam_rho": "do not combine: SAM's move would reach the pruned weights"}
@@ -121,10 +122,6 @@ class Sparsity(Technique):
         self.ticket, self.rewind = ticket, rewind  # lottery: checkpoints of the dense run
         self.masks: dict[str, torch.Tensor] = {}
         self.current_density = 1.0
-
-    @staticmethod
-    def enabled(cfg) -> bool:
-        return bool(cfg.train.sparsity.method)
 
     @staticmethod
     def check(cfg) -> None:

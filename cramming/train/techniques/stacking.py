@@ -47,15 +47,12 @@ def copy_optimizer_state(optimizer: torch.optim.Optimizer, source: torch.nn.Para
 
 class Stacking(Technique):
     label = "train.stacking"
+    switch = "train.stacking.stages"
     settings = (Setting("train.stacking", StackingConfig),)
 
     def __init__(self, stages: list[int], at: list[float] | None):
         self.stages, self.starts = list(stages), stage_starts(stages, at)
         self.stage = 0  # index into stages
-
-    @staticmethod
-    def enabled(cfg) -> bool:
-        return bool(cfg.train.stacking.stages)
 
     @staticmethod
     def check(cfg) -> None:

@@ -36,15 +36,12 @@ def z_penalty(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 class ZLoss(Technique):
     label = "train.z_loss"
+    switch = "train.z_loss.weight"
     settings = (Setting("train.z_loss", ZLossConfig),)
     variant, variant_overrides = "z-loss", ("train.z_loss.weight=1e-4",)
 
     def __init__(self, weight: float):
         self.weight = weight
-
-    @staticmethod
-    def enabled(cfg) -> bool:
-        return bool(cfg.train.z_loss.weight)
 
     @staticmethod
     def check(cfg) -> None:

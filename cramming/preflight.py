@@ -253,7 +253,7 @@ def trial_microbatch(cfg, settings) -> Trial:
     from cramming.model import build_mlm_model
     from cramming.model.config import as_model_config
     from cramming.train.distributed import Distributed
-    from cramming.train.settings import choose_microbatch
+    from cramming.train.microbatch import choose_microbatch
 
     vocab_size, seq_length = cfg.data.tokenizer.vocab_size, cfg.data.seq_length
     model = build_mlm_model(as_model_config(cfg.arch), vocab_size).to(settings.device)

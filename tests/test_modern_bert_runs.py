@@ -95,7 +95,7 @@ def test_the_microbatch_trial_step_runs_at_512(monkeypatch):
     modern-bert-tiny's 512-token rows with their 128 masked positions."""
     from cramming.gradient_step import Precision
     from cramming.model import build_mlm_model
-    from cramming.train.settings import cuda_step
+    from cramming.train.microbatch import cuda_step
     from tests.model.conftest import arch_config
 
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: None)

@@ -13,8 +13,8 @@ import pytest
 from cramming import golden
 from cramming.cli import compare_runs
 from cramming.errors import CrammingError
-from cramming.train.settings import CACHE_FILE, cached_search
 from cramming.pretraining import pretrain as pretrain_in_process
+from cramming.train.microbatch import CACHE_FILE, cached_search
 from tests.test_bad_inputs import COMMANDS, GLUE_DIR, run_command
 from tests.train.runs import STEP_RUN, compose_config
 

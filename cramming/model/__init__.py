@@ -5,7 +5,8 @@ Checkpoint directories: cramming.model.checkpoint; export to transformers: cramm
 part that imports transformers, so commands that do not export do not pay for importing it).
 """
 
-from .config import ModelConfig, training_flops_per_token
+from .config import ModelConfig
 from .factory import build_classifier, build_mlm_model
+from .flops import training_flops_per_token
 
 __all__ = ["ModelConfig", "build_classifier", "build_mlm_model", "training_flops_per_token"]

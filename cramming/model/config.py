@@ -1,5 +1,5 @@
-"""The Hydra group `arch`: ModelConfig (defined with the model) as its typed schema, its checks, and the
-model FLOPs per token that MFU and the budget calculator count.
+"""The Hydra group `arch`: ModelConfig (defined with the model) as its typed schema, read from a config or a
+checkpoint (keys added to the model later get the values older checkpoints were trained with), and its checks.
 
 Every key is used and any other key is rejected; a value that cannot build a model is a one-line error.
 """
@@ -108,22 +108,3 @@ def check_model_config(cfg: ModelConfig) -> None:
         raise CrammingError(f"arch.init_std must be positive, got {cfg.init_std}")
     if not cfg.norm_eps > 0.0:
         raise CrammingError(f"arch.norm_eps must be positive, got {cfg.norm_eps}")
-
-
-def training_flops_per_token(cfg, vocab_size: int, seq_length: int, mlm_rate: float) -> float:
-    """FLOPs of one training step (forward + backward = 3 x forward) per input token.
-
-    With sparse prediction the MLM head runs on round(mlm_rate * seq_length) positions of each row only.
-    A sliding-window layer counts all T keys per query, as a global one: its window is a mask on the full
-    T x T product, which is what scaled_dot_product_attention computes (no kernel here skips masked blocks).
-    Rotary positions are elementwise, not counted.
-    """
-    H, T = cfg.hidden_size, seq_length
-    ffn_width = cfg.intermediate_size // 2 if cfg.ffn == "glu" else cfg.intermediate_size
-    # qkv, attention output (dense), intermediate, output: multiply-accumulates per token
-    layer_macs = 3 * H * H + H * H + H * cfg.intermediate_size + ffn_width * H
-    attention_macs = 2 * T * H  # q @ k^T and probs @ v, per query token
-    head_macs = (H * H if cfg.head_transform else 0) + H * vocab_size
-    predicted_fraction = round(mlm_rate * T) / T if cfg.sparse_prediction else 1.0
-    forward_macs = cfg.num_layers * (layer_macs + attention_macs) + predicted_fraction * head_macs
-    return 3 * 2 * forward_macs

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cramming.errors import CrammingError
-from cramming.train.settings import CACHE_FILE, cached_search, search_microbatch
+from cramming.train.microbatch import CACHE_FILE, cached_search, search_microbatch
 
 GIB = 2**30
 
@@ -85,7 +85,7 @@ def test_the_trial_step_runs_a_real_backward_and_leaves_the_model_as_it_found_it
     gradients; its answer is the peak plus the memory training adds (extra_bytes)."""
     from cramming.gradient_step import Precision
     from cramming.model import ModelConfig, build_mlm_model
-    from cramming.train.settings import cuda_step
+    from cramming.train.microbatch import cuda_step
 
     seen = []
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: seen.append(("reset", device)))

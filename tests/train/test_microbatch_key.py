@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cramming.train.settings import MEMORY_MARGIN, cache_key, usable_bytes
+from cramming.train.microbatch import MEMORY_MARGIN, cache_key, usable_bytes
 
 GIB = 2**30
 CARD = SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=80 * GIB)

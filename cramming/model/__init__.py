@@ -6,7 +6,7 @@ part that imports transformers, so commands that do not export do not pay for im
 """
 
 from .config import ModelConfig
+from .crammed_bert import training_flops_per_token
 from .factory import build_classifier, build_mlm_model
-from .flops import training_flops_per_token
 
 __all__ = ["ModelConfig", "build_classifier", "build_mlm_model", "training_flops_per_token"]

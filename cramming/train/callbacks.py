@@ -1,5 +1,5 @@
 """Components that act at named points of training, like Composer's algorithms on events, and what they see
-there: the TrainState (where training stands, cramming.train.progress, and what the step just did).
+there: the TrainState (where training stands, stopping.Progress, and what the step just did).
 
 The trainer calls every callback at each point, in order, and keeps what `state_dict` returns in each
 checkpoint, so a resumed run restores it; the loop itself never changes. The metrics record, the
@@ -13,8 +13,7 @@ from pathlib import Path
 import torch
 
 from cramming.gradient_step import StepState
-from cramming.train.progress import Progress
-from cramming.train.stopping import BudgetClock, NonFiniteSteps
+from cramming.train.stopping import BudgetClock, NonFiniteSteps, Progress
 
 
 @dataclass(kw_only=True)

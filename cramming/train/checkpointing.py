@@ -30,7 +30,7 @@ from cramming.model.config import ModelConfig, as_model_config
 from cramming.runs import FINAL, STATE_FILE, differences, flatten, step_name
 from cramming.train.callbacks import Callback, CallbackList, TrainState
 from cramming.train.config import TrainConfig
-from cramming.train.progress import Progress
+from cramming.train.stopping import Progress
 from cramming.train.techniques import optimizer_state_parts
 
 log = logging.getLogger("pretrain")

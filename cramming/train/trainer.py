@@ -39,8 +39,8 @@ from cramming.train.reporting import (MetricsLog, MetricsLogger, ProgressBar, Wa
 from cramming.train.microbatch import choose_microbatch
 from cramming.train.optimizers import build_pretraining_optimizer
 from cramming.train.plots import PlotRefresh
-from cramming.train.progress import Progress
 from cramming.train.settings import Settings, device_profile, resolve_settings
+from cramming.train.stopping import Progress
 from cramming.train.stopping import (BudgetClock, Interrupted, LocalAgreement, NonFiniteLossError, NonFiniteSteps,
                                      StoppingRule, agreement as rank_agreement, resume_advice, time_source)
 from cramming.train.summary import RunFacts, leave_record, peak_memory_gb

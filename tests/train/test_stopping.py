@@ -4,8 +4,8 @@ ranks agree on it without a host sync per step."""
 import pytest
 import torch
 
-from cramming.train.progress import Progress
 from cramming.train.distributed import Distributed
+from cramming.train.stopping import Progress
 from cramming.train.stopping import BudgetClock, LocalAgreement, RankAgreement, StoppingRule, agreement
 
 

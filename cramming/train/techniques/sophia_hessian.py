@@ -1,7 +1,7 @@
 """Sophia (Liu et al., 2023, "Sophia: A Scalable Stochastic Second-order Optimizer for Language Model
 Pre-training"), its Gauss-Newton-Bartlett variant SophiaG: `train.optim.name=sophia`.
 
-The optimizer (the update rule, its state m and h) is cramming.train.optimizers.sophia; this is the
+The optimizer (the update rule, its state m and h) is cramming.train.optimizers.SophiaG; this is the
 technique that feeds it. Every `hessian_every` steps, labels are sampled from the model's own predictions at
 the masked positions, and the squared gradient of the loss on those labels (times the tokens predicted)
 estimates the Gauss-Newton diagonal, which h takes in. That gradient comes from the same forward pass as the

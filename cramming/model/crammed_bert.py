@@ -8,6 +8,7 @@ exported model runs the same forward pass and the same initialization as the one
 """
 
 from collections import OrderedDict
+import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -60,6 +61,13 @@ class ModelConfig:
     init_scheme: str = "normal"
     init_std: float = 0.02  # std of every weight that the init_scheme does not set otherwise
     dropout: float = 0.0  # embeddings, attention probs, residual branches, classifier; 0 in pretraining
+
+
+def at_defaults_beyond(cfg, handled: frozenset[str]) -> bool:
+    """Whether every ModelConfig key outside `handled` holds its default: a native transformers layout lists the
+    keys it maps or pins, so a key added to the model later exports as the remote code until a layout maps it."""
+    return all(getattr(cfg, field.name) == field.default for field in dataclasses.fields(ModelConfig)
+               if field.name not in handled)
 
 
 def training_flops_per_token(cfg, vocab_size: int, seq_length: int, mlm_rate: float) -> float:

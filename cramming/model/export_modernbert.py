@@ -13,17 +13,27 @@ dropout and sparse prediction map onto its keys. No residual gates or DeepNorm Î
 import torch
 from transformers import ModernBertConfig
 
-from .crammed_bert import has_decoder_bias
+from .crammed_bert import at_defaults_beyond, has_decoder_bias
 from .layers import attends_globally
 
 # Our special tokens' fixed ids (cramming.data.tokenizer): [PAD]=0, [CLS]=2, [SEP]=3
 PAD_ID, CLS_ID, SEP_ID = 0, 2, 3
 
 
+# The ModelConfig keys ModernBERT's layout maps into ModernBertConfig or pins below; a key outside them must hold
+# its default (at_defaults_beyond).
+MODERNBERT_LAYOUT_KEYS = frozenset({
+    "name", "num_layers", "hidden_size", "num_heads", "intermediate_size", "max_position_embeddings", "dropout",
+    "init_std", "norm_eps", "norm_scheme", "init_scheme", "ffn", "bias", "decoder_bias", "norm_bias", "positions",
+    "global_attn_every_n_layers", "local_attention", "head_transform", "classifier_head", "classifier_pooling",
+    "final_norm", "sparse_prediction", "global_rope_theta", "local_rope_theta", "first_layer_attention_norm"})
+
+
 def is_modernbert_layout(cfg) -> bool:
     """Whether the architecture is exactly what transformers' ModernBERT computes."""
     return (
-        cfg.norm_scheme == "pre"
+        at_defaults_beyond(cfg, MODERNBERT_LAYOUT_KEYS)
+        and cfg.norm_scheme == "pre"
         and not cfg.first_layer_attention_norm
         and cfg.final_norm
         and cfg.ffn == "glu"

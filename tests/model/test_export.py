@@ -142,3 +142,20 @@ def test_a_foreign_tokenizer_auto_map_is_not_carried_into_the_export(tmp_path, t
     exported = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
     assert "auto_map" not in exported and not (tmp_path / "hf" / "evil.py").exists()
     assert AutoTokenizer.from_pretrained(tmp_path / "hf").convert_tokens_to_ids("[MASK]") == 4
+
+
+@pytest.mark.parametrize("arch", ["bert-base-tiny", "modern-bert-tiny"])
+def test_a_key_no_native_layout_maps_exports_as_remote_code(arch, monkeypatch):
+    """A native layout maps or pins the keys it lists; a key outside them (as one added to the model later would
+    be) away from its default leaves the layout, instead of being dropped from the export silently."""
+    from cramming.model import export, export_modernbert
+
+    module, keys = ((export, "BERT_LAYOUT_KEYS") if arch.startswith("bert") else
+                    (export_modernbert, "MODERNBERT_LAYOUT_KEYS"))
+    is_layout = export.is_bert_layout if module is export else export_modernbert.is_modernbert_layout
+    cfg = arch_config(arch)
+    assert is_layout(cfg)
+    monkeypatch.setattr(module, keys, getattr(module, keys) - {"dropout"})  # as if no layout mapped dropout
+    assert is_layout(cfg)  # at its default: nothing is lost
+    cfg.dropout = 0.1
+    assert not is_layout(cfg)

@@ -21,8 +21,11 @@ WANDB_MODES = ("disabled", "offline", "online")
 
 
 def with_technique_settings(schema: type, section: str) -> type:
-    """`schema` with the settings the techniques own directly under `section` added as fields."""
-    fields = [setting.as_field() for setting in settings_under(section)]
+    """`schema` with the keys added that its plug-ins own: the techniques' settings directly under `section`, and
+    for `train.optim` each optimizer's own hyperparameters (first, null by default)."""
+    own = [(name, Optional[kind], dataclasses.field(default=None))
+           for entry in OPTIMIZERS.values() for name, kind in entry.own_keys] if section == "train.optim" else []
+    fields = own + [setting.as_field() for setting in settings_under(section)]
     combined = dataclasses.make_dataclass(schema.__name__, fields, bases=(schema,))
     combined.__doc__, combined.__module__, combined.__qualname__ = schema.__doc__, schema.__module__, schema.__qualname__
     return combined

@@ -6,7 +6,8 @@ Weight decay falls on matrices only for all of them (cramming.adamw.parameter_gr
 from torch.optim where it has them and from pytorch-optimizer (LAMB, Lion, Muon with its AdamW groups)
 otherwise, and torchao's AdamW8bit (CUDA only); SophiaG is written here (its Hessian estimates come from the technique
 cramming.train.techniques.sophia_hessian). `Optimizer` says what an entry declares; docs/ablations.md what each
-does. Adding one: its builder and one entry in OPTIMIZERS here, and configs/optim/<name>.yaml.
+does. Adding one: its builder and one entry in OPTIMIZERS here (with its `own_keys`, if it reads a
+hyperparameter no other optimizer does), and configs/optim/<name>.yaml.
 """
 
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ class Optimizer:
     # impl.offload_optimizer may hold it (torchao's CPUOffloadOptimizer): its update reads only the parameter, its
     # gradient and its own state
     offloadable: bool = False
+    # hyperparameters no other optimizer reads, (name, type): train.optim gains them (null unless it is chosen)
+    own_keys: tuple[tuple[str, type], ...] = ()
 
     def check_on_device(self, name: str, device: torch.device) -> None:
         if self.cuda_only and device.type != "cuda":
@@ -156,7 +159,8 @@ OPTIMIZERS: dict[str, Optimizer] = {
                      "once per parameter shape at the first step, inside the budget (on an H100 40 steps of "
                      "crammed-bert did not finish in 120 s; docs/ablations.md)"),
     "sophia": Optimizer(  # not offloadable: the offload wrapper would have to pass the Hessian estimates on
-        ("lr", "betas", "weight_decay", "gamma", "hessian_every"), _sophia),
+        ("lr", "betas", "weight_decay", "gamma", "hessian_every"), _sophia,
+        own_keys=(("gamma", float), ("hessian_every", int))),  # its update's scale; steps between Hessian estimates
 }
 
 

@@ -135,7 +135,8 @@ PROTOCOL_NUMBERS: tuple[tuple[str, str], ...] = tuple(
     for name in ("mnli", "sst2", "stsb", "rte", "qnli", "qqp", "mrpc", "cola") for split in _BY_NAME[name].eval_splits
 )
 # The report's table: the nine numbers in these columns (MNLI's matched and mismatched share the first), and
-# the published GLUE dev scores under the same protocol (DESIGN.md section 3), nine numbers and the average.
+# the published GLUE dev scores under the same protocol (docs/reproduce.md; Geiping & Goldstein, 2022), nine
+# numbers and the average.
 COLUMNS = ("MNLI (m/mm)", "SST-2", "STSB", "RTE", "QNLI", "QQP", "MRPC", "CoLA", "Average")
 METRICS_NOTE = "Metrics: CoLA Matthews correlation; STSB Pearson; MRPC and QQP F1; the rest accuracy."
 REFERENCE_ROWS: dict[str, tuple[float, ...]] = {

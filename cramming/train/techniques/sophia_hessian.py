@@ -9,10 +9,8 @@ step's (one extra backward pass through it, no second forward and no second-orde
 attention kernels stay usable).
 
 The callback makes the estimate at `after_forward` (it needs the logits) and hands it over at
-`before_optimizer_step`; the technique also owns the optimizer's two settings beside the common ones.
+`before_optimizer_step`; it checks the optimizer's own two keys (gamma, hessian_every).
 """
-
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -20,18 +18,16 @@ import torch.nn.functional as F
 from cramming.data.mlm import IGNORE_INDEX, labels_at_logits
 from cramming.errors import CrammingError, require
 from cramming.train.callbacks import TrainState
-from cramming.train.techniques.base import RunContext, Setting, Technique, parameter_bytes
+from cramming.train.techniques.base import RunContext, Technique, parameter_bytes
 
 
 class SophiaHessian(Technique):
     """Every `every` steps, the Gauss-Newton-Bartlett estimate of the Hessian diagonal for SophiaG, on with
-    its optimizer (`train.optim.name=sophia`, its defaults in configs/optim/sophia.yaml); it owns the
-    optimizer's two hyperparameters beside the common ones."""
+    its optimizer (`train.optim.name=sophia`, its defaults in configs/optim/sophia.yaml); it checks the
+    optimizer's own two hyperparameters (gamma, hessian_every: cramming.train.optimizers)."""
 
     label = "train.optim.name=sophia"
     switch, switch_value = "train.optim.name", "sophia"
-    settings = (Setting("train.optim.gamma", Optional[float]),  # the scale of its Hessian-clipped update
-                Setting("train.optim.hessian_every", Optional[int]))  # steps between Hessian estimates
 
     def __init__(self, every: int, seed: int):
         self.every, self.seed = every, seed

@@ -8,7 +8,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
@@ -17,15 +17,15 @@ from cramming.data.config import DataConfig
 from cramming.data.sources import check_data_config
 from cramming.errors import problems_of, raise_problems, require
 from cramming.eval.config import GlueConfig, as_glue_config
-from cramming.eval.probe import ZeroShotProbe
 from cramming.hardware import GpuProfile
 from cramming.model.config import ModelConfig, as_model_config
 from cramming.runs import FINAL, check_run_name
 from cramming.train.callbacks import Callback
 from cramming.train.config import CheckpointConfig, ImplConfig, LoggingConfig, TrainConfig, WandbConfig
-from cramming.train.summary import write_summary
 from cramming.train.techniques import check_techniques
-from cramming.train.trainer import Trained, train
+
+if TYPE_CHECKING:
+    from cramming.train.trainer import Trained
 
 BUDGET_SCALINGS = ("none", "peak")  # cramming.hardware.budget_seconds
 
@@ -106,6 +106,10 @@ ConfigStore.instance().store(name="pretrain_schema", node=PretrainConfig)
 def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
     """Check the config, train under the budget, then (eval=glue, on rank 0) score the final checkpoint on GLUE;
     returns the run directory (with checkpoints/final on success). callbacks: as cramming.train.trainer.train."""
+    # here: the trainer's and the probe's imports (matplotlib, the scorers) cost a second at every command start
+    from cramming.eval.probe import ZeroShotProbe
+    from cramming.train.trainer import train
+
     check_pretrain_config(cfg)
     trained = train(cfg, callbacks, zero_shot=ZeroShotProbe)
     try:
@@ -117,9 +121,10 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
     return trained.run_dir
 
 
-def evaluate_on_glue(cfg, trained: Trained) -> None:
+def evaluate_on_glue(cfg, trained: "Trained") -> None:
     """eval=glue: score the final checkpoint on GLUE (outside the budget); the score joins the summary."""
     from cramming.eval.run import run_glue  # here: fine-tuning's imports (transformers) cost seconds at every start
+    from cramming.train.summary import write_summary
 
     run_dir, summary = trained.run_dir, trained.summary
     log.info("GLUE evaluation of the final checkpoint (outside the budget)")

@@ -7,6 +7,7 @@ calls the callbacks at its named points: techniques first, then the metrics reco
 
 import contextlib
 import dataclasses
+import gc
 import json
 import logging
 import time
@@ -231,6 +232,7 @@ def train_run(run: Run, callbacks: list[Callback], zero_shot: Callable | None, s
                 with logging_redirect_tqdm() if bar else contextlib.nullcontext():  # log lines above a progress bar
                     stop_reason = run_loop(state, step, agreement, schedule, callbacks,
                                            sequences * dataset.seq_length)
+                _release_network(step)
                 dist.leave()  # the last collective is behind: rank 0's record (plots, summary) waits for no one
             except (NonFiniteLossError, NonFiniteWeightsError) as error:
                 stop_reason = "non-finite"
@@ -311,6 +313,16 @@ def _run_directory(cfg, dist: Distributed, checkpoint: Path | None, progress: Pr
     progress.elapsed = dist.broadcast(progress.elapsed)  # the time charged on rank 0, on every rank
     progress.lost_to_crashes = dist.broadcast(progress.lost_to_crashes)
     return run_dir
+
+
+def _release_network(step: Step) -> None:
+    """Let the step's network go before the ranks leave the group. Under torchrun it is DDP, whose reducer holds
+    the process group: destroyed from there, gloo's group waits for its worker threads with the GIL held while a
+    worker may need the GIL to free a finished collective's tensors, and the rank hangs at its end (seen once in
+    the suite, on rank 1). Released here (collected at once, even inside a reference cycle), the group's last
+    reference is dropped by dist.leave(), from Python, which releases the GIL first."""
+    step.base.network = None
+    gc.collect()
 
 
 def _prepared_dataset(cfg, handoff: NodeHandoff) -> PreparedDataset:

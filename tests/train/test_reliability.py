@@ -32,11 +32,24 @@ from tests.train.runs import STEP_RUN, InterruptAt, compose_config, copy_run, on
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
 
 
+# A run here takes seconds; one that has not ended after this long is stuck, and its output so far says where.
+RUN_TIMEOUT_S = 300
+
+
 def run_cli(*arguments: str, launcher=(sys.executable,), **popen) -> subprocess.CompletedProcess | subprocess.Popen:
     command = [*launcher, str(REPO_ROOT / "pretrain.py"), *arguments]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE if not popen else
+                               subprocess.STDOUT, text=True, **popen)
     if popen:
-        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
-    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+        return process
+    try:
+        stdout, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        kill_tree(process)  # the ranks too: torchrun starts each in a session of its own
+        stdout, stderr = process.communicate()
+        raise AssertionError(f"{' '.join(command)} did not end within {RUN_TIMEOUT_S} s; its output so far:\n"
+                             f"{stdout}{stderr}") from None
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:

@@ -1,8 +1,9 @@
 """Typed schemas of the Hydra group `train` and of the other sections training reads (impl, checkpoint, logging,
 wandb), each checking its own values (`check`); pretrain.py's top level, which holds them with the model, the data
 and the end-of-run GLUE, is cramming.pretraining's. The keys a training technique owns are declared in its file
-(cramming.train.techniques) and added here to the section they live in, so a new technique brings its keys, and
-its rules, without a line in this file."""
+(cramming.train.techniques), an optimizer's own hyperparameters in its entry (cramming.train.optimizers), and
+both are added here to the section they live in, so a new plug-in brings its keys, and its rules, without a line
+in this file."""
 
 import dataclasses
 import math
@@ -20,7 +21,7 @@ from cramming.train.techniques import settings_under
 WANDB_MODES = ("disabled", "offline", "online")
 
 
-def with_technique_settings(schema: type, section: str) -> type:
+def with_plugin_keys(schema: type, section: str) -> type:
     """`schema` with the keys added that its plug-ins own: the techniques' settings directly under `section`, and
     for `train.optim` each optimizer's own hyperparameters (first, null by default)."""
     own = [(name, Optional[kind], dataclasses.field(default=None))
@@ -72,7 +73,7 @@ class OptimConfig:
         ])
 
 
-OptimConfig = with_technique_settings(OptimConfig, "train.optim")
+OptimConfig = with_plugin_keys(OptimConfig, "train.optim")
 
 
 @dataclass
@@ -156,7 +157,7 @@ class TrainConfig:
         check_lr_schedule(self.lr_schedule)
 
 
-TrainConfig = with_technique_settings(TrainConfig, "train")
+TrainConfig = with_plugin_keys(TrainConfig, "train")
 
 
 @dataclass
@@ -219,7 +220,7 @@ class ImplConfig:
         ])
 
 
-ImplConfig = with_technique_settings(ImplConfig, "impl")
+ImplConfig = with_plugin_keys(ImplConfig, "impl")
 
 
 @dataclass

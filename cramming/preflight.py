@@ -144,7 +144,7 @@ def _checkpoints_need(cfg) -> DiskNeed:
     goes, final, and every keep_at; each the fp32 weights and the optimizer's state."""
     from cramming.model import build_mlm_model
     from cramming.model.config import as_model_config
-    from cramming.train.optimizers import OPTIMIZERS
+    from cramming.train.optimizers import NAMES
 
     where = Path(os.path.expanduser(str(cfg.output_dir)))
     try:
@@ -153,7 +153,7 @@ def _checkpoints_need(cfg) -> DiskNeed:
     except (RuntimeError, ValueError, OverflowError):  # sizes no tensor can have: a resume's check names them
         return DiskNeed("the checkpoints (the model's size unknown)", where, None)
     parameters = sum(parameter.numel() for parameter in model.parameters())
-    known = OPTIMIZERS.get(cfg.train.optim.name)
+    known = NAMES.get(cfg.train.optim.name)
     state = known.state_bytes_per_parameter if known else 8
     each = parameters * (4 + state)
     count = cfg.checkpoint.keep_last + 2 + len(cfg.checkpoint.keep_at)

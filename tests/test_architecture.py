@@ -20,7 +20,7 @@ LAYERS = (
     ("gradient_step", "model"),
     ("data", "device", "schedules", "adamw", "hardware", "runs", "provenance"),
     ("cramming",),  # the package's own __init__: its version and where configs/ is
-    ("files", "threads", "library_noise"),
+    ("files", "threads", "library_noise", "plugin_keys"),
     ("errors",),
 )
 LAYER_OF = {part: depth for depth, parts in enumerate(LAYERS) for part in parts}

@@ -16,12 +16,12 @@ from cramming.bench.timing import TimedStep
 from cramming.errors import CrammingError
 from cramming.gradient_step import Precision
 from cramming.model import ModelConfig, build_mlm_model
-from cramming.train.optimizers import OPTIMIZERS, build_pretraining_optimizer
+from cramming.train.optimizers import NAMES, OPTIMIZERS, build_pretraining_optimizer
 from cramming.train.techniques import TECHNIQUES, RunContext, build_techniques, prepare_model, variant_overrides
 
 
 def variant_names() -> list[str]:
-    return [technique.variant for technique in TECHNIQUES if technique.variant] + list(OPTIMIZERS)
+    return [technique.variant for technique in TECHNIQUES if technique.variant] + [optimizer.name for optimizer in OPTIMIZERS]
 
 
 def variant_config(name: str, arch: ModelConfig):
@@ -45,7 +45,7 @@ def check_variants(variants: list[str], device: torch.device, compiled: bool, dt
         if name not in known:
             raise CrammingError(f"benchmark.variants: {name!r} is unknown; choose from {', '.join(known)}")
         cfg = variant_config(name, ModelConfig(name="variant"))
-        if OPTIMIZERS[cfg.train.optim.name].cuda_only and device.type != "cuda":
+        if NAMES[cfg.train.optim.name].cuda_only and device.type != "cuda":
             raise CrammingError(f"benchmark.variants: {name} needs a CUDA GPU; this benchmark runs on {device.type}")
         try:
             check_on_device(cfg, device, compiled, dtype, 1)

@@ -1,11 +1,9 @@
 """Typed schemas of the Hydra group `train` and of the other sections training reads (impl, checkpoint, logging,
 wandb), each checking its own values (`check`); pretrain.py's top level, which holds them with the model, the data
-and the end-of-run GLUE, is cramming.pretraining's. The keys a training technique owns are declared in its file
-(cramming.train.techniques), an optimizer's own hyperparameters in its entry (cramming.train.optimizers), and
-both are added here to the section they live in, so a new plug-in brings its keys, and its rules, without a line
-in this file."""
+and the end-of-run GLUE, is cramming.pretraining's. The keys a training technique or an optimizer owns are
+declared in its own file (`settings`: cramming.train.techniques, cramming.train.optimizers) and added here to the
+section they live in, so a new plug-in brings its keys, and its rules, without a line in this file."""
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Optional
@@ -14,22 +12,19 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from cramming.errors import require
+from cramming.plugin_keys import with_settings
 from cramming.schedules import check_lr_schedule
-from cramming.train.optimizers import OPTIMIZERS
-from cramming.train.techniques import settings_under
+from cramming.train.optimizers import NAMES, OPTIMIZERS
+from cramming.train.techniques import TECHNIQUES
 
 WANDB_MODES = ("disabled", "offline", "online")
 
 
 def with_plugin_keys(schema: type, section: str) -> type:
-    """`schema` with the keys added that its plug-ins own: the techniques' settings directly under `section`, and
-    for `train.optim` each optimizer's own hyperparameters (first, null by default)."""
-    own = [(name, Optional[kind], dataclasses.field(default=None))
-           for entry in OPTIMIZERS.values() for name, kind in entry.own_keys] if section == "train.optim" else []
-    fields = own + [setting.as_field() for setting in settings_under(section)]
-    combined = dataclasses.make_dataclass(schema.__name__, fields, bases=(schema,))
-    combined.__doc__, combined.__module__, combined.__qualname__ = schema.__doc__, schema.__module__, schema.__qualname__
-    return combined
+    """`schema` with the keys its plug-ins own directly under `section`: the optimizers' own hyperparameters
+    (null by default) first, then the techniques' settings."""
+    return with_settings(schema, section, [setting for plugin in (*OPTIMIZERS, *TECHNIQUES)
+                                           for setting in plugin.settings])
 
 
 @dataclass
@@ -50,10 +45,10 @@ class OptimConfig:
 
     def check(self) -> None:
         """The keys the optimizer reads set and the others null, then each value in its domain."""
-        require([(self.name in OPTIMIZERS,
-                  f"train.optim.name={self.name!r} is unknown; choose one of {', '.join(OPTIMIZERS)}")])
-        reads = OPTIMIZERS[self.name].keys
-        every_key = dict.fromkeys(key for entry in OPTIMIZERS.values() for key in entry.keys)  # in a stable order
+        require([(self.name in NAMES,
+                  f"train.optim.name={self.name!r} is unknown; choose one of {', '.join(NAMES)}")])
+        reads = NAMES[self.name].keys
+        every_key = dict.fromkeys(key for optimizer in OPTIMIZERS for key in optimizer.keys)  # in a stable order
         require([(key in reads or getattr(self, key) is None,
                   f"train.optim.{key} is not used by train.optim.name={self.name} (it reads {', '.join(reads)})")
                  for key in every_key] +

@@ -14,9 +14,9 @@ import torch
 
 from cramming.data.stream import Microbatches, microbatch_stream
 from cramming.errors import CrammingError
-from cramming.train.optimizers import OPTIMIZERS
+from cramming.train.optimizers import NAMES
 from cramming.train.techniques.activation_checkpointing import ActivationCheckpointing
-from cramming.train.techniques.base import RunContext, Setting, Technique
+from cramming.train.techniques.base import RunContext, Technique
 from cramming.train.techniques.distillation import Distillation
 from cramming.train.techniques.ema import Ema
 from cramming.train.techniques.fp8 import Fp8
@@ -48,13 +48,7 @@ TECHNIQUES: tuple[type[Technique], ...] = (
 
 __all__ = ["TECHNIQUES", "RunContext", "Technique", "build_techniques", "check_on_device", "check_techniques",
            "data_stream", "extra_memory", "microbatch_key", "optimizer_state_parts", "prepare_model",
-           "settings_under", "variant_overrides", "wrap_optimizer", "wrap_step"]
-
-
-def settings_under(parent: str) -> list[Setting]:
-    """The settings the techniques own directly under a config section (`train`, `train.optim`, `impl`)."""
-    return [setting for technique in TECHNIQUES for setting in technique.settings
-            if setting.path.rpartition(".")[0] == parent]
+           "variant_overrides", "wrap_optimizer", "wrap_step"]
 
 
 def check_techniques(cfg) -> None:
@@ -75,8 +69,8 @@ def check_on_device(cfg, device: torch.device, compiled: bool, precision: str, w
     enabled = [technique for technique in TECHNIQUES if technique.enabled(cfg)]
     for technique in enabled:
         technique.check_on_device(cfg, run)
-    optimizer = OPTIMIZERS[cfg.train.optim.name]
-    optimizer.check_on_device(cfg.train.optim.name, device)
+    optimizer = NAMES[cfg.train.optim.name]
+    optimizer.check_on_device(device)
     if device.type != "cuda":
         return
     notices = [technique.speed_notice(cfg, device) for technique in enabled] + [optimizer.speed_notice]

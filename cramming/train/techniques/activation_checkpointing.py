@@ -13,7 +13,8 @@ import functools
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from cramming.train.techniques.base import RunContext, Setting, Technique
+from cramming.plugin_keys import Setting
+from cramming.train.techniques.base import RunContext, Technique
 
 
 def checkpoint_activations(model: torch.nn.Module) -> None:

@@ -5,7 +5,8 @@ the checkpointer and the benchmark ask the registry (techniques/__init__.py) and
 Declared at class level, before any run exists:
 - `label`: the override that switches it on, as users type it; it names the technique in messages and in
   other techniques' `conflicts`;
-- `settings`: the config keys it owns (`Setting`: where users set it, type, default), added to the schema;
+- `settings`: the config keys it owns (`cramming.plugin_keys.Setting`: where users set it, type, default),
+  added to the schema;
 - `switch` (and `switch_value`): the key that switches it on, from which `enabled(cfg)` follows;
 - `check(cfg)` (its values, before any data), `conflicts` (label -> why);
 - `check_on_device(cfg, run)`: what it needs of the device, the compiler, the precision, the world size, and
@@ -17,7 +18,6 @@ Declared at class level, before any run exists:
 - `variant`, `variant_overrides`: its name in `benchmark.variants` and the overrides that switch it on there.
 """
 
-import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -25,24 +25,8 @@ from typing import Any, Iterator
 import torch
 
 from cramming.data.stream import Microbatches
+from cramming.plugin_keys import Setting
 from cramming.train.callbacks import Callback
-
-
-@dataclass(frozen=True)
-class Setting:
-    """A config key a technique owns: its path as users type it (`train.layer_drop`, `impl.fp8`), its type and
-    default. A dataclass type is a group of keys, its fields, with their defaults."""
-
-    path: str
-    type: Any
-    default: Any = None
-
-    def as_field(self) -> tuple[str, Any, dataclasses.Field]:
-        """(name, type, field) for dataclasses.make_dataclass, under the parent its path names."""
-        name = self.path.rpartition(".")[2]
-        if dataclasses.is_dataclass(self.type):
-            return name, self.type, dataclasses.field(default_factory=self.type)
-        return name, self.type, dataclasses.field(default=self.default)
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,10 @@ from cramming.data.mlm import IGNORE_INDEX, labels_at_logits, logits_at_masks
 from cramming.errors import CrammingError, require
 from cramming.model.checkpoint import WEIGHTS_NAME, load_pretrained
 from cramming.model.crammed_bert import CrammedForMaskedLM
+from cramming.plugin_keys import Setting
 from cramming.runs import resolve_checkpoint
 from cramming.train.callbacks import TrainState
-from cramming.train.techniques.base import RunContext, Setting, Technique
+from cramming.train.techniques.base import RunContext, Technique
 
 log = logging.getLogger("pretrain")
 

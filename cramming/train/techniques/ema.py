@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import torch
 
 from cramming.errors import require
+from cramming.plugin_keys import Setting
 from cramming.train.callbacks import TrainState
-from cramming.train.techniques.base import RunContext, Setting, Technique, parameter_bytes
+from cramming.train.techniques.base import RunContext, Technique, parameter_bytes
 
 log = logging.getLogger("pretrain")
 WARMUP = 10  # d_n = min(d, (1 + n) / (WARMUP + n))

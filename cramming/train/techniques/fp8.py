@@ -17,7 +17,8 @@ from torch import nn
 
 from cramming.errors import CrammingError
 from cramming.model.crammed_bert import in_encoder_layers
-from cramming.train.techniques.base import RunContext, Setting, Technique
+from cramming.plugin_keys import Setting
+from cramming.train.techniques.base import RunContext, Technique
 
 log = logging.getLogger("pretrain")
 

@@ -26,8 +26,9 @@ import torch.nn.functional as F
 from cramming.data.mlm import IGNORE_INDEX, labels_at_logits
 from cramming.data.stream import Microbatches
 from cramming.errors import CrammingError, require
+from cramming.plugin_keys import Setting
 from cramming.train.callbacks import TrainState
-from cramming.train.techniques.base import RunContext, Setting, Technique
+from cramming.train.techniques.base import RunContext, Technique
 
 UNIFORM_SHARE = 0.1  # of each row's probability that is uniform: weights stay <= 1 / UNIFORM_SHARE
 SAMPLINGS = ("sequential", "importance")  # train.sampling: the prepared data order, or this

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from cramming.errors import CrammingError, require
+from cramming.plugin_keys import Setting
 from cramming.train.callbacks import TrainState
-from cramming.train.techniques.base import RunContext, Setting, Technique
+from cramming.train.techniques.base import RunContext, Technique
 
 
 @dataclass

@@ -13,8 +13,9 @@ import logging
 import torch
 
 from cramming.errors import CrammingError, require
+from cramming.plugin_keys import Setting
 from cramming.train.optimizers import OPTIMIZERS
-from cramming.train.techniques.base import RunContext, Setting, Technique
+from cramming.train.techniques.base import RunContext, Technique
 
 log = logging.getLogger("pretrain")
 
@@ -69,7 +70,7 @@ class OffloadOptimizer(Technique):
     @staticmethod
     def check(cfg) -> None:
         name = cfg.train.optim.name
-        offloadable = [known for known, optimizer in OPTIMIZERS.items() if optimizer.offloadable]
+        offloadable = [optimizer.name for optimizer in OPTIMIZERS if optimizer.offloadable]
         require([(not cfg.impl.offload_optimizer or name in offloadable,
                   f"impl.offload_optimizer=true does not combine with train.optim.name={name}: offloading works "
                   f"with {', '.join(offloadable)}")])

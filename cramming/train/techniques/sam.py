@@ -15,7 +15,8 @@ import torch
 
 from cramming.errors import require
 from cramming.gradient_step import Gradients, StepState, StepWrapper
-from cramming.train.techniques.base import RunContext, Setting, Technique, parameter_bytes
+from cramming.plugin_keys import Setting
+from cramming.train.techniques.base import RunContext, Technique, parameter_bytes
 
 
 class SharpnessAware(Technique):

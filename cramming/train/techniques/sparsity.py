@@ -35,10 +35,11 @@ from omegaconf import OmegaConf
 
 from cramming.errors import CrammingError, require
 from cramming.model.checkpoint import load_weights, read_weights
+from cramming.model.crammed_bert import encoder_matrices
+from cramming.plugin_keys import Setting
 from cramming.runs import CONFIG_FILE, FINAL, resolve_checkpoint, run_config
 from cramming.train.callbacks import TrainState
-from cramming.model.crammed_bert import encoder_matrices
-from cramming.train.techniques.base import RunContext, Setting, Technique
+from cramming.train.techniques.base import RunContext, Technique
 
 log = logging.getLogger("pretrain")
 RIGL_DROP_FRACTION = 0.3

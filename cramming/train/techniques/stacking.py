@@ -17,8 +17,9 @@ from typing import Optional
 import torch
 
 from cramming.errors import CrammingError, require
+from cramming.plugin_keys import Setting
 from cramming.train.callbacks import TrainState
-from cramming.train.techniques.base import RunContext, Setting, Technique
+from cramming.train.techniques.base import RunContext, Technique
 
 log = logging.getLogger("pretrain")
 

@@ -16,8 +16,9 @@ import torch
 
 from cramming.data.mlm import IGNORE_INDEX, labels_at_logits
 from cramming.errors import require
+from cramming.plugin_keys import Setting
 from cramming.train.callbacks import TrainState
-from cramming.train.techniques.base import RunContext, Setting, Technique
+from cramming.train.techniques.base import RunContext, Technique
 
 
 @dataclass

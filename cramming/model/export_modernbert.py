@@ -13,12 +13,10 @@ dropout and sparse prediction map onto its keys. No residual gates or DeepNorm Î
 import torch
 from transformers import ModernBertConfig
 
+from cramming.data.vocab import CLS_ID, PAD_ID, SEP_ID
+
 from .crammed_bert import at_defaults_beyond, has_decoder_bias
 from .layers import attends_globally
-
-# Our special tokens' fixed ids (cramming.data.tokenizer): [PAD]=0, [CLS]=2, [SEP]=3
-PAD_ID, CLS_ID, SEP_ID = 0, 2, 3
-
 
 # The ModelConfig keys ModernBERT's layout maps into ModernBertConfig or pins below; a key outside them must hold
 # its default (at_defaults_beyond).

@@ -1,10 +1,5 @@
-"""Where raw text comes from: one class per `data.source`, behind the interface of `source_base.Source`,
-listed in SOURCES, and the lookup from a data config to its source.
-
-    embedded  embedded_source.EmbeddedSource   the reference documentation bundled with CPython
-    hub       hub_source.HubSource             a hub dataset, streamed
-    local     local_source.LocalSource         text files through `datasets`' own builders
-    mixture   mixture.Mixture                  several local sources interleaved by weight
+"""Where raw text comes from: one class per `data.source` (its `kind`), each in its own file behind the interface
+of `source_base.Source`, listed in SOURCES, and the lookup from a data config to its source.
 
 Adding a kind: its file (a Source subclass with its `kind`), one line in SOURCES, a test. A source's settings
 are its kind's to check, so the whole data config is checked from here (`check_data_config`), above the schema.

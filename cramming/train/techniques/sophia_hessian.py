@@ -1,7 +1,7 @@
 """Sophia (Liu et al., 2023, "Sophia: A Scalable Stochastic Second-order Optimizer for Language Model
 Pre-training"), its Gauss-Newton-Bartlett variant SophiaG: `train.optim.name=sophia`.
 
-The optimizer (the update rule, its state m and h) is cramming.train.optimizers.sophia.SophiaG; this is the
+The optimizer (the update rule, its state m and h) is cramming.train.optimizers.SophiaG; this is the
 technique that feeds it. Every `hessian_every` steps, labels are sampled from the model's own predictions at
 the masked positions, and the squared gradient of the loss on those labels (times the tokens predicted)
 estimates the Gauss-Newton diagonal, which h takes in. That gradient comes from the same forward pass as the
@@ -24,7 +24,7 @@ from cramming.train.techniques.base import RunContext, Technique, parameter_byte
 class SophiaHessian(Technique):
     """Every `every` steps, the Gauss-Newton-Bartlett estimate of the Hessian diagonal for SophiaG, on with
     its optimizer (`train.optim.name=sophia`, its defaults in configs/optim/sophia.yaml); it checks the
-    optimizer's own two hyperparameters (gamma, hessian_every: cramming.train.optimizers.sophia)."""
+    optimizer's own two hyperparameters (gamma, hessian_every: cramming.train.optimizers)."""
 
     label = "train.optim.name=sophia"
     switch, switch_value = "train.optim.name", "sophia"

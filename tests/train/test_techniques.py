@@ -28,7 +28,8 @@ from cramming.train.techniques.importance_sampling import ImportanceSampling
 from cramming.train.techniques.layer_drop import drop_rates
 from cramming.train.techniques.sam import SharpnessAwareStep
 from cramming.train.techniques.sophia_hessian import SophiaHessian
-from cramming.train.techniques.sparsity import Sparsity, gradual_density, magnitude_mask, two_of_four_mask
+from cramming.train.techniques.sparsity import (Sparsity, gradual_density, lottery_ticket, magnitude_mask,
+                                                 two_of_four_mask)
 from cramming.train.techniques.stacking import Stacking
 from cramming.train.techniques.z_loss import z_penalty
 from tests.conftest import REPO_ROOT
@@ -397,6 +398,24 @@ def test_a_lottery_ticket_is_the_dense_runs_mask_on_its_rewound_weights_and_resu
     torch.manual_seed(0)  # the run's train.seed: what the trainer builds the model with
     initial = tiny_model(2, read_config(plain_run / "checkpoints" / "final")[0]["vocab_size"]).state_dict()
     assert all(torch.equal(at_init.weights[name], initial[name] * masks.get(name, 1)) for name in initial)
+
+
+def test_a_lottery_ticket_is_drawn_from_an_older_run_of_the_same_model_and_not_from_another_model(tmp_path,
+                                                                                                  plain_run):
+    """The dense run is compared as a model: its config.yaml may predate an arch key (which then holds its
+    default), but another architecture is refused."""
+    dense = tmp_path / "dense"
+    shutil.copytree(plain_run / "checkpoints" / "final", dense / "checkpoints" / "final")
+    config = OmegaConf.load(plain_run / "config.yaml")
+    del config.arch["classifier_pooling"]  # as a run from before the key was added wrote it
+    OmegaConf.save(config, dense / "config.yaml")
+    cfg = compose_config(STEPS + [f"output_dir={tmp_path}", "train.sparsity.method=lottery",
+                                  f"train.sparsity.ticket={dense}", "train.sparsity.density=0.25"])
+    assert lottery_ticket(cfg) == (dense / "checkpoints" / "final", None)
+    config.arch.hidden_size *= 2
+    OmegaConf.save(config, dense / "config.yaml")
+    with pytest.raises(CrammingError, match="that run's arch differs from this one's"):
+        lottery_ticket(cfg)
 
 
 @pytest.mark.slow

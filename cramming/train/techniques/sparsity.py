@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-from omegaconf import OmegaConf
 
 from cramming.errors import CrammingError, require
 from cramming.model.checkpoint import load_weights, read_weights
+from cramming.model.config import as_model_config
 from cramming.model.crammed_bert import encoder_matrices
 from cramming.plugin_keys import Setting
 from cramming.runs import CONFIG_FILE, FINAL, resolve_checkpoint, run_config
@@ -249,8 +249,8 @@ def lottery_ticket(cfg) -> tuple[Path, Path | None]:
         raise CrammingError(f"train.sparsity.ticket={sparsity.ticket}: {final} is not the final checkpoint of a "
                             "finished run (the ticket is the dense run's trained weights)")
     dense = run_config(run_dir)
-    ours = OmegaConf.to_container(cfg.arch, resolve=True)
-    if OmegaConf.to_container(dense.arch, resolve=True) != ours:
+    # as models (a key added since the dense run holds its default there), not as the raw config.yaml dicts
+    if as_model_config(dense.arch) != as_model_config(cfg.arch):
         raise CrammingError(f"train.sparsity.ticket={sparsity.ticket}: that run's arch differs from this one's: "
                             "the ticket must be drawn from the same architecture")
     if sparsity.rewind is None:

@@ -9,6 +9,7 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
+from cramming import CONFIG_DIR
 from cramming.data import store
 from cramming.data.sources import (SOURCES, EmbeddedSource, HubSource, LocalSource, Mixture, embedded_documents,
                                    source_from_config)
@@ -61,7 +62,12 @@ def test_the_lookup_gives_one_class_per_source(tmp_path):
                                                               f"data.sources=[{{files: {tmp_path}/a.txt}}]"]).data)}
     kinds = {name: type(source_from_config(cfg)) for name, cfg in configs.items()}
     assert kinds == {"embedded": EmbeddedSource, "hub": HubSource, "local": LocalSource, "mixture": Mixture}
-    assert [source.kind for source in SOURCES] == ["embedded", "hub", "local", "mixture"]
+
+
+def test_every_kind_is_the_source_of_a_data_config_and_every_data_config_names_a_kind():
+    """`data=<name>` is how users choose: a kind no file of the group names could not be chosen."""
+    named = {OmegaConf.load(path).source for path in (CONFIG_DIR / "data").glob("*.yaml")}
+    assert named == {source.kind for source in SOURCES}
 
 
 def test_mixture_and_the_sources_it_reads_do_not_import_the_lookup():

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from cramming.bench.variants import variant_names
 from tests.commands import in_process
 
 REPO = Path(__file__).resolve().parents[2]
@@ -145,8 +146,7 @@ def test_a_variant_that_cannot_run_here_is_one_line():
 @pytest.mark.parametrize("variants, capability, compiled, dtype, words", [
     (["adamw8bit"], None, False, "fp32", "benchmark.variants: adamw8bit needs a CUDA GPU; this benchmark runs on cpu"),
     (["offload"], None, False, "fp32", "benchmark.variants: offload needs a CUDA GPU"),
-    (["lora"], None, False, "fp32", "benchmark.variants: 'lora' is unknown; choose from z-loss, sam, "
-                                    "ema, activation-checkpointing, fp8, offload, adamw, lamb"),
+    (["lora"], None, False, "fp32", f"benchmark.variants: 'lora' is unknown; choose from {', '.join(variant_names())}"),
     (["fp8"], (8, 0), True, "bf16", "this one has 8.0"),  # an A100
     (["fp8"], (9, 0), False, "bf16", "remove benchmark.compile=false"),
     (["offload"], (9, 0), True, "fp16", "benchmark.variants: impl.offload_optimizer=true does not combine with fp16 "

@@ -31,10 +31,13 @@ _NORM_SCHEME_OF = {
     "tfixup": ("none", "trains without LayerNorms"),
     "deepnorm": ("post", "up-weights the residual of post-LN layers"),
 }
-# Keys added after checkpoints were first written: one that predates them computed what their defaults do.
-_ADDED_LATER = ("decoder_bias", "norm_bias", "global_rope_theta", "local_rope_theta", "global_attn_every_n_layers",
-                "local_attention", "first_layer_attention_norm", "classifier_head", "classifier_pooling")
+# The keys every checkpoint has held since the first were written. Any other key was added since: an older
+# checkpoint lacks it and loads with its default, which must compute what the model did before the key existed.
+_FIRST_KEYS = ("name", "num_layers", "hidden_size", "num_heads", "intermediate_size", "ffn", "norm_scheme",
+               "final_norm", "bias", "positions", "max_position_embeddings", "head_transform", "sparse_prediction",
+               "norm_eps", "init_scheme", "init_std", "dropout")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+_ADDED_LATER = tuple(key for key in _DEFAULTS if key not in _FIRST_KEYS)
 
 
 # A key that acts only with another setting, and that setting: another value than its default without it
@@ -56,7 +59,7 @@ def as_model_config(cfg: Any) -> ModelConfig:
         unknown = sorted(set(cfg) - known)
         if unknown:
             raise CrammingError(f"unknown arch key(s): {', '.join(unknown)}")
-        missing = sorted(known - set(cfg) - set(_ADDED_LATER))
+        missing = sorted(set(_FIRST_KEYS) - set(cfg))
         if missing:
             raise CrammingError(f"missing arch key(s): {', '.join(missing)}")
         cfg = ModelConfig(**{**{key: _DEFAULTS[key] for key in _ADDED_LATER}, **cfg})

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from cramming.errors import CrammingError
 from cramming.model import build_classifier, build_mlm_model, training_flops_per_token
 from cramming.model.checkpoint import load_pretrained, save_pretrained
 
@@ -140,3 +141,7 @@ def test_a_checkpoint_written_before_the_new_keys_loads_as_it_computed(tmp_path,
     ids = random_ids(2, 20)
     with torch.no_grad():
         assert torch.equal(loaded(ids).logits, model(ids).logits)
+    del config["arch"]["hidden_size"]  # a key every checkpoint has held: its absence is damage, not age
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CrammingError, match=r"config.json: missing arch key\(s\): hidden_size$"):
+        load_pretrained(tmp_path)

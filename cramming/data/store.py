@@ -4,6 +4,7 @@ A directory is built under a temporary name and renamed into place only when com
 interrupted or failed preparation never leaves anything a later run would trust.
 """
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -14,16 +15,19 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
-from cramming.data.config import DataConfig
+from cramming.data.config import DataConfig, FilterConfig, TokenizerConfig
 from cramming.errors import CrammingError
 
 FORMAT_VERSION = 2  # 2: deterministic tokenizer training
 EXECUTION_ONLY_KEYS = ("batch_mb",)  # change how fast, not what is produced
-# Keys added after datasets were prepared, with the value that reproduces the earlier output: left out of
-# the key while at that value, so the datasets prepared before them still match.
-LATER_FILTER_KEYS = {"near_dedup_threshold": None, "trash_cutoff_scaling": "none"}
-LATER_DATA_KEYS = {"sources": [], "hub_revision": None, "max_tokens": None}
-LATER_TOKENIZER_KEYS = {"name": None}
+# The keys the first cache keys hashed, by group. A key added since is left out of the key while it holds its
+# default, which must reproduce what was prepared before the key existed: the datasets prepared before it still
+# match, and a new key needs no line here.
+FIRST_DATA_KEYS = ("name", "source", "files", "hub_path", "hub_name", "split", "streaming", "text_column",
+                   "sample_by", "max_documents", "max_doc_chars", "normalize", "filter", "tokenizer", "seq_length",
+                   "ordering", "seed", "validation_rows")
+FIRST_FILTER_KEYS = ("min_chars", "trash_cutoff", "deduplicate", "max_bad_char_fraction")
+FIRST_TOKENIZER_KEYS = ("kind", "vocab_size", "min_frequency", "train_sample_mb")
 ROWS_FILE, ORDER_FILE, COUNTS_FILE, TOKENIZER_FILE, META_FILE = (
     "rows.bin",
     "order.npy",
@@ -39,13 +43,20 @@ def cache_key(cfg: DataConfig, source_fingerprint: dict) -> str:
     settings = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
     for key in EXECUTION_ONLY_KEYS:
         settings.pop(key)
-    for group, later in ((settings["filter"], LATER_FILTER_KEYS), (settings, LATER_DATA_KEYS),
-                         (settings["tokenizer"], LATER_TOKENIZER_KEYS)):
-        for key, earlier_output in later.items():
-            if group[key] == earlier_output:
-                group.pop(key)
+    for group, schema, first in ((settings["filter"], FilterConfig, FIRST_FILTER_KEYS),
+                                 (settings, DataConfig, FIRST_DATA_KEYS),
+                                 (settings["tokenizer"], TokenizerConfig, FIRST_TOKENIZER_KEYS)):
+        defaults = _defaults(schema)
+        for key in [key for key in group if key not in first and group[key] == defaults[key]]:
+            group.pop(key)
     blob = json.dumps({"format": FORMAT_VERSION, "data": settings, "source": source_fingerprint}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _defaults(schema: type) -> dict:
+    """Each field's default as the cache key sees it (plain values, lists and dicts)."""
+    return {field.name: field.default if field.default is not dataclasses.MISSING else field.default_factory()
+            for field in dataclasses.fields(schema)}
 
 
 def dataset_dir(cache_dir: str, cfg: DataConfig, key: str) -> Path:

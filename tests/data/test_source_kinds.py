@@ -82,5 +82,6 @@ def test_mixture_and_the_sources_it_reads_do_not_import_the_lookup():
                                                 ("fineweb-edu", "data.max_tokens=1000000"),
                                                 ("embedded", "data.max_tokens=1000000")])
 def test_a_set_revision_or_token_cap_keys_another_dataset(name, override):
-    """At null they leave the keys above as they were (LATER_DATA_KEYS); set, they change what is prepared."""
+    """At null they leave the keys above as they were (not in store.FIRST_DATA_KEYS); set, they change what is
+    prepared."""
     assert store.cache_key(data_config(name, override), FINGERPRINTS[name]) != KEYS_BEFORE_THE_SPLIT[name]

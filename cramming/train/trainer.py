@@ -32,18 +32,17 @@ from cramming.runs import (CONFIG_FILE, FINAL, RunStart, new_run_dir, read_recor
                            resolve_checkpoint, resumed_run_dir, run_of)
 from cramming.train.callbacks import Callback, CallbackList, TrainState
 from cramming.train.checkpointing import (Checkpointer, Heartbeat, NonFiniteWeightsError, charge_lost_time,
-                                       check_resumed_model, load_state, restore, resume_fingerprint)
+                                          check_resumed_model, load_state, restore, resume_fingerprint)
 from cramming.train.distributed import Distributed, NodeHandoff
 from cramming.train.loop import Schedule, count_microbatch, counted_finite, run_loop
-from cramming.train.reporting import (MetricsLog, MetricsLogger, ProgressBar, WandbLogger, format_duration,
-                                    use_bar)
 from cramming.train.microbatch import choose_microbatch
 from cramming.train.optimizers import build_pretraining_optimizer
 from cramming.train.plots import PlotRefresh
+from cramming.train.reporting import (MetricsLog, MetricsLogger, ProgressBar, WandbLogger, format_duration,
+                                      use_bar)
 from cramming.train.settings import Settings, device_profile, resolve_settings
-from cramming.train.stopping import Progress
 from cramming.train.stopping import (BudgetClock, Interrupted, LocalAgreement, NonFiniteLossError, NonFiniteSteps,
-                                     StoppingRule, agreement as rank_agreement, resume_advice, time_source)
+                                     Progress, StoppingRule, agreement as rank_agreement, resume_advice, time_source)
 from cramming.train.summary import RunFacts, leave_record, peak_memory_gb
 from cramming.train.techniques import (RunContext, Technique, build_techniques, data_stream, extra_memory,
                                        prepare_model, wrap_optimizer, wrap_step)

@@ -1,4 +1,6 @@
 """The tasks' metrics with scikit-learn and scipy (never `evaluate`: it fetches metric scripts at run time).
+Both are imported where a score is computed: every task imports this module, and checking an eval config (at
+each `pretrain.py eval=glue` start) should not pay their second of imports.
 
 All scores are percentages, as in the published tables.
 """
@@ -11,12 +13,12 @@ import warnings
 from typing import Callable, Hashable, Sequence
 
 import numpy as np
-from scipy.stats import ConstantInputWarning, pearsonr, spearmanr
-from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 
 def _correlation(function: Callable, predictions: np.ndarray, labels: np.ndarray) -> float:
     """A correlation in percent; 0 when undefined (constant predictions), like scikit-learn's Matthews."""
+    from scipy.stats import ConstantInputWarning
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConstantInputWarning)
         value = float(function(predictions, labels)[0])
@@ -24,6 +26,8 @@ def _correlation(function: Callable, predictions: np.ndarray, labels: np.ndarray
 
 
 def classification_scores(metric: str, predicted: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
     if metric == "matthews":
         return {"matthews": 100 * float(matthews_corrcoef(labels, predicted))}
     scores = {"accuracy": 100 * float(accuracy_score(labels, predicted))}
@@ -37,6 +41,8 @@ def classification_scores(metric: str, predicted: np.ndarray, labels: np.ndarray
 
 
 def regression_scores(predicted: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    from scipy.stats import pearsonr, spearmanr
+
     return {
         "pearson": _correlation(pearsonr, predicted, labels),
         "spearman": _correlation(spearmanr, predicted, labels),
@@ -54,6 +60,8 @@ def score(metric: str, outputs: np.ndarray, labels: np.ndarray) -> dict[str, flo
 def grouped_scores(predicted: np.ndarray, labels: np.ndarray, groups: Sequence[Hashable]) -> dict[str, float]:
     """MultiRC's: F1 over every answer (F1a: true is the positive class) and exact match over the questions (a
     question counts when every one of its answers is right); `groups` names each answer's question."""
+    from sklearn.metrics import f1_score
+
     right = collections.defaultdict(list)
     for group, correct in zip(groups, predicted == labels):
         right[group].append(bool(correct))

@@ -17,7 +17,6 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers.modeling_outputs import MultipleChoiceModelOutput, SequenceClassifierOutput
 
 from cramming.eval.batching import EncodedSplit
 from cramming.eval.parameter_efficient import merged
@@ -76,6 +75,8 @@ class MultipleChoice(nn.Module):
         B, choices, T = input_ids.shape
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
         flat = {key: value.reshape(B * choices, T) for key, value in inputs.items() if value is not None}
+        from transformers.modeling_outputs import MultipleChoiceModelOutput  # here: the registry imports this file
+
         logits = self.scorer(**flat).logits.view(B, choices)  # (B * choices, 1) -> (B, choices)
         loss = None if labels is None else F.cross_entropy(logits.float(), labels)
         return MultipleChoiceModelOutput(loss=loss, logits=logits)
@@ -91,6 +92,8 @@ class CandidateScorer(nn.Module):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None):
         """input_ids, attention_mask, token_type_ids (B, T); labels (B,) 1 for a right candidate."""
+        from transformers.modeling_outputs import SequenceClassifierOutput
+
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
         logits = self.scorer(**{key: value for key, value in inputs.items() if value is not None}).logits  # (B, 1)
         loss = None if labels is None else F.binary_cross_entropy_with_logits(logits[:, 0].float(), labels.float())

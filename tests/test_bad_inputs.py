@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from cramming.cli import ablate, eval_glue, export, prepare_data, pretrain
 from cramming.pretraining import pretrain as pretrain_in_process
 from tests.conftest import SHARED_DATA
-from tests.train.runs import NO_PROBE, STEP_RUN, compose_config
+from tests.train.runs import NO_PROBE, SMALL_VALIDATION, STEP_RUN, compose_config
 
 COMMANDS = {"pretrain": pretrain, "eval_glue": eval_glue, "prepare_data": prepare_data, "export": export,
             "ablate": ablate}
@@ -125,8 +125,8 @@ def files(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-TINY = ["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t", "budget=0.001", NO_PROBE,
-        "output_dir={root}/out", "cache_dir={cache}"]
+TINY = ["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t", "budget=0.001", NO_PROBE, SMALL_VALIDATION,
+        "output_dir={root}/out", "cache_dir={cache}"]  # the data of `files`' run, which the resume cases resume
 STEPS = TINY + ["train=steps", "train.max_steps=1", "train.batch_size=64", "impl.microbatch_size=16"]
 
 CASES = [  # (command, arguments, what the one line must contain)

@@ -17,7 +17,7 @@ from cramming.pretraining import pretrain
 from cramming.train.reporting import ProgressBar, use_bar
 from cramming.train.stopping import BudgetClock, StoppingRule
 from cramming.train.validation import validate
-from tests.train.runs import NO_PROBE, STEP_RUN, compose_config, only_run, records, summary
+from tests.train.runs import NO_PROBE, STEP_RUN, VALIDATION_ROWS, compose_config, only_run, records, summary
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def dataset(tmp_path_factory):
 
 
 def test_training_never_reads_the_held_out_rows(dataset):
-    assert dataset.held_out_rows == min(256, dataset.num_rows // 4)
+    assert dataset.held_out_rows == min(VALIDATION_ROWS, dataset.num_rows // 4)
     training = PackedRows(dataset)
     order = dataset.order()
     held_out = {int(row) for row in order[dataset.training_rows:]}

@@ -87,9 +87,8 @@ def check_glue_data(eval_cfg, folder_key: str = "eval.data_dir") -> None:
     its start; a task without files is said now and skipped then), or downloads allowed where it is null."""
     if eval_cfg is None:
         return
-    from cramming.eval.config import as_glue_config
     from cramming.eval.run import load_task_data
-    from cramming.eval.tasks.registry import requested_tasks
+    from cramming.eval.tasks.registry import as_glue_config, requested_tasks
 
     cfg = as_glue_config(eval_cfg)
     tasks = requested_tasks(cfg)

@@ -16,7 +16,7 @@ from omegaconf import MISSING, OmegaConf
 from cramming.data.config import DataConfig
 from cramming.data.sources import check_data_config
 from cramming.errors import problems_of, raise_problems, require
-from cramming.eval.config import GlueConfig, as_glue_config
+from cramming.eval.tasks.registry import GlueConfig, as_glue_config, check_glue_config
 from cramming.hardware import GpuProfile
 from cramming.model.config import ModelConfig, as_model_config
 from cramming.runs import FINAL, check_run_name
@@ -90,8 +90,6 @@ class PretrainConfig:
         ])
 
     def _check_eval(self) -> None:
-        from cramming.eval.tasks.registry import check_glue_config  # the tasks import transformers: eval=glue only
-
         check_glue_config(as_glue_config(self.eval))
 
 

@@ -28,7 +28,7 @@ from cramming.data.tokenizer import as_transformers_tokenizer, train_tokenizer
 from cramming.device import prepare_device, resolve_device
 from cramming.errors import CrammingError, exit_on_user_error
 from cramming.eval.batching import subset
-from cramming.eval.config import GlueConfig
+from cramming.eval.tasks.registry import GlueConfig
 from cramming.eval.encoders import open_encoder
 from cramming.eval.finetune import evaluate, finetune
 from cramming.eval.tasks.registry import task_named

@@ -8,15 +8,32 @@
 """
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
+from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
+from omegaconf import MISSING
 
 from cramming.cli import hydra_command
-from cramming.eval.config import HF_PREFIX, EvalGlueConfig  # registers the config schemas
+from cramming.eval.config import HF_PREFIX
+from cramming.eval.tasks.registry import GlueConfig  # registers the eval schema
 from cramming.runs import RunStart, resolve_checkpoint
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class EvalGlueConfig:
+    """Top level of `eval_glue.py`."""
+
+    ckpt: str = MISSING  # a checkpoint dir, a pretraining run dir (its final or newest checkpoint), or latest
+    eval: GlueConfig = MISSING
+    runs_dir: str = "outputs"  # where `ckpt=latest` looks for the newest pretraining run
+    output_dir: str = "outputs/glue/${now:%Y-%m-%d_%H-%M-%S}"  # glue_results.{json,md} and the log go here
+
+
+ConfigStore.instance().store(name="eval_glue_schema", node=EvalGlueConfig)
 
 
 @hydra_command("eval_glue", EvalGlueConfig, directories=("output_dir",))

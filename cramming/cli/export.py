@@ -55,7 +55,7 @@ class ExportConfig:
 
     def _check_glue(self) -> None:
         if self.quantize_eval_task is not None:
-            from cramming.eval.config import GlueConfig
+            from cramming.eval.tasks.registry import GlueConfig
             from cramming.preflight import check_glue_data
 
             check_glue_data(GlueConfig(tasks=[self.quantize_eval_task], data_dir=self.glue_dir), "glue_dir")

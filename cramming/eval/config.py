@@ -1,18 +1,15 @@
-"""Typed schemas of the Hydra group `eval` and of `eval_glue.py`; every key is used, others are rejected.
+"""The keys of the Hydra group `eval` that every task shares (GlueBaseConfig); every key is used, others are
+rejected. The section's schema, GlueConfig, adds each task's own settings to them (cramming.eval.tasks.registry).
 
-The defaults of GlueConfig's protocol fields are the fixed GLUE protocol of the Cramming paper;
-the report lists every field that differs from them.
+The defaults of the protocol fields are the fixed GLUE protocol of the Cramming paper; the report lists every
+field that differs from them.
 """
 
 import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-
-from cramming.errors import CrammingError, require
+from cramming.errors import require
 
 HF_PREFIX = "hf:"  # ckpt=hf:<hub id or folder>: a transformers encoder, not one of our checkpoints
 
@@ -20,19 +17,9 @@ DEFAULT_TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
 
 
 @dataclass
-class LocalTaskConfig:
-    """`eval.tasks=[local]`: your own text classification (or regression) data under the same protocol, reported
-    beside the GLUE score (cramming/eval/tasks/local.py, docs/glue.md). Set only with local in eval.tasks."""
+class GlueBaseConfig:
+    """The keys every task shares; GlueConfig (cramming.eval.tasks.registry) adds the tasks' own."""
 
-    folder: Optional[str] = None  # holds train.tsv or train.csv and dev.tsv or dev.csv, each with a header row
-    text_columns: list[str] = field(default_factory=lambda: ["text"])  # one column, or two for text pairs
-    label_column: str = "label"
-    labels: Optional[list[str]] = None  # the label strings in the order of their ids; null: a score (regression)
-    metric: Optional[str] = None  # accuracy (null's choice) | f1 (of the second label) | matthews; a score: pearson
-
-
-@dataclass
-class GlueConfig:
     # add "wnli" to run it too; "swag": SWAG multiple choice, "local": your own data (eval.local); SuperGLUE's
     # boolq, cb, copa, multirc, record, wic, wsc, axb, axg (eval=superglue) and race (eval=race): the same
     # protocol, all outside the GLUE average
@@ -74,7 +61,6 @@ class GlueConfig:
     predict_test: bool = False  # GLUE-server submission files from the test splits: <output_dir>/glue_submission.zip
     # Up to floor(fraction * rows) malformed rows of a task's file are skipped and reported; more are an error.
     max_malformed_fraction: float = 0.001
-    local: LocalTaskConfig = field(default_factory=LocalTaskConfig)
 
     def check(self) -> None:
         """Its own values, every problem. The task names and each task's own settings are the registry's to check
@@ -101,23 +87,12 @@ PROTOCOL_FIELDS = (
 )  # fmt: skip
 
 
-def as_glue_config(cfg: Any) -> GlueConfig:
-    """A GlueConfig from a Hydra DictConfig (or a GlueConfig); unknown keys and bad types are errors."""
-    if isinstance(cfg, GlueConfig):
-        return cfg
-    try:
-        values = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(GlueConfig), values))
-    except OmegaConfBaseException as error:
-        raise CrammingError(f"eval config: {str(error).splitlines()[0]}") from None
-
-
-def protocol_deviations(cfg: GlueConfig) -> dict[str, dict[str, Any]]:
+def protocol_deviations(cfg: GlueBaseConfig) -> dict[str, dict[str, Any]]:
     """{field: {"protocol": default, "used": value}} for every protocol field that was overridden; eval.peft
     as one entry `peft` describing all of its settings."""
     from cramming.eval.parameter_efficient import lora_settings
 
-    protocol = GlueConfig()
+    protocol = GlueBaseConfig()
     deviations = {}
     for name in PROTOCOL_FIELDS:
         used, default = getattr(cfg, name), getattr(protocol, name)
@@ -127,19 +102,3 @@ def protocol_deviations(cfg: GlueConfig) -> dict[str, dict[str, Any]]:
     if lora is not None:  # one entry with every LoRA setting, defaults included
         deviations["peft"] = {"protocol": None, "used": lora.describe()}
     return deviations
-
-
-ConfigStore.instance().store(group="eval", name="schema", node=GlueConfig)
-
-
-@dataclass
-class EvalGlueConfig:
-    """Top level of `eval_glue.py`."""
-
-    ckpt: str = MISSING  # a checkpoint dir, a pretraining run dir (its final or newest checkpoint), or latest
-    eval: GlueConfig = MISSING
-    runs_dir: str = "outputs"  # where `ckpt=latest` looks for the newest pretraining run
-    output_dir: str = "outputs/glue/${now:%Y-%m-%d_%H-%M-%S}"  # glue_results.{json,md} and the log go here
-
-
-ConfigStore.instance().store(name="eval_glue_schema", node=EvalGlueConfig)

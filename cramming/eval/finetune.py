@@ -12,7 +12,7 @@ from cramming.adamw import build_optimizer
 from cramming.errors import CrammingError
 from cramming.eval import metrics
 from cramming.eval.batching import EncodedSplit, collate, evaluation_batches, training_batches
-from cramming.eval.config import GlueConfig
+from cramming.eval.config import GlueBaseConfig
 from cramming.gradient_step import Precision, Step, StepState
 from cramming.schedules import lr_multiplier
 
@@ -23,7 +23,7 @@ def finetune(
     classifier: torch.nn.Module,
     train: EncodedSplit,
     evaluations: dict[str, EncodedSplit],
-    cfg: GlueConfig,
+    cfg: GlueBaseConfig,
     device: torch.device,
     precision: Precision,
     seed: int,

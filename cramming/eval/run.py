@@ -14,7 +14,7 @@ import torch
 from cramming.device import prepare_device, resolve_device
 from cramming.errors import CrammingError
 from cramming.eval.batching import subset
-from cramming.eval.config import GlueConfig, as_glue_config, protocol_deviations
+from cramming.eval.config import protocol_deviations
 from cramming.eval.encoders import PretrainedEncoder, open_encoder
 from cramming.eval.finetune import evaluate, finetune
 from cramming.eval.parameter_efficient import FULL_FINE_TUNING, LoraSettings, lora_settings, parameter_counts, record
@@ -22,7 +22,14 @@ from cramming.eval.report import write_reports
 from cramming.eval.submission import zip_submission
 from cramming.eval.tasks.base import DataMissing, Task, TaskData
 from cramming.eval.tasks.glue import PROTOCOL_NUMBERS, glue_average
-from cramming.eval.tasks.registry import TASK_NAMES, check_glue_config, requested_tasks, task_named
+from cramming.eval.tasks.registry import (
+    TASK_NAMES,
+    GlueConfig,
+    as_glue_config,
+    check_glue_config,
+    requested_tasks,
+    task_named,
+)
 from cramming.eval.tasks.superglue import SCORE_METRICS, SuperGlueTask, superglue_score
 from cramming.gradient_step import Precision
 from cramming.provenance import provenance

@@ -7,7 +7,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from cramming.errors import CrammingError
-from cramming.eval.config import GlueConfig, as_glue_config, protocol_deviations
+from cramming.eval.config import protocol_deviations
+from cramming.eval.tasks.registry import GlueConfig, as_glue_config
 
 CONFIGS = str(Path(__file__).resolve().parents[2] / "configs")
 

@@ -9,13 +9,13 @@ import torch
 from torch import nn
 
 from cramming.eval.batching import subset
-from cramming.eval.config import GlueConfig, protocol_deviations
+from cramming.eval.config import protocol_deviations
 from cramming.eval.encoders import open_encoder
 from cramming.eval.finetune import finetune, predict
 from cramming.eval.parameter_efficient import LoraSettings, merged, record
 from cramming.eval.report import write_reports
 from cramming.eval.run import run_glue
-from cramming.eval.tasks.registry import task_named
+from cramming.eval.tasks.registry import GlueConfig, task_named
 from cramming.gradient_step import Precision
 from tests.test_bad_inputs import run_command
 

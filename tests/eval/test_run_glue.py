@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from cramming.errors import CrammingError
-from cramming.eval.config import GlueConfig
 from cramming.eval.run import run_glue
+from cramming.eval.tasks.registry import GlueConfig
 
 from .conftest import make_checkpoint
 

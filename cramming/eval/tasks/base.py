@@ -14,12 +14,13 @@ import numpy as np
 from torch import nn
 
 from cramming.eval import metrics
+from cramming.plugin_keys import Setting
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from cramming.eval.batching import EncodedSplit
-    from cramming.eval.config import GlueConfig
+    from cramming.eval.config import GlueBaseConfig
     from cramming.eval.encoders import PretrainedEncoder
     from cramming.eval.parameter_efficient import LoraSettings
 
@@ -59,8 +60,10 @@ class Task(ABC):
     eval_splits: tuple[EvalSplit, ...]
     metric: str
     in_glue = False
+    # Its own keys, at their paths under `eval` (eval.local): the registry adds them to the section's schema
+    settings: tuple[Setting, ...] = ()
 
-    def configured(self, cfg: "GlueConfig") -> "Task":
+    def configured(self, cfg: "GlueBaseConfig") -> "Task":
         """The task as `cfg` sets it up, for every task of the registry, requested or not: a task with settings
         of its own checks them here (a bad value, or one set for a task eval.tasks does not name, is an error
         before anything loads). Most tasks have none."""
@@ -101,7 +104,7 @@ class Task(ABC):
         """The model `save` wrote to `folder` (or its int8 copy), loaded by transformers; None when the folder
         holds another kind of model or head."""
 
-    def write_submission(self, model: nn.Module, tokenizer: "PreTrainedTokenizerBase", cfg: "GlueConfig",
+    def write_submission(self, model: nn.Module, tokenizer: "PreTrainedTokenizerBase", cfg: "GlueBaseConfig",
                          device, precision, folder: Path) -> Optional[dict]:
         """The test split predictions a server scores, written to `folder`: {split: file, or "missing: why"};
         None for a task no server scores."""

@@ -9,43 +9,57 @@ or an empty file ends in one line naming the file (tables.py's rule for malforme
 """
 
 import dataclasses
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from cramming.errors import CrammingError
-from cramming.eval.config import LocalTaskConfig
 from cramming.eval.tasks.base import EvalSplit, TaskData
 from cramming.eval.tasks.classification import TextClassification
+from cramming.plugin_keys import Setting
 
 CLASSIFICATION_METRICS = ("accuracy", "f1", "matthews")
 SCORE_METRICS = ("pearson",)
 
 
+@dataclass
+class LocalTaskConfig:
+    """`eval.local`: where your data is and how to read it (docs/glue.md). Set only with local in eval.tasks."""
+
+    folder: Optional[str] = None  # holds train.tsv or train.csv and dev.tsv or dev.csv, each with a header row
+    text_columns: list[str] = field(default_factory=lambda: ["text"])  # one column, or two for text pairs
+    label_column: str = "label"
+    labels: Optional[list[str]] = None  # the label strings in the order of their ids; null: a score (regression)
+    metric: Optional[str] = None  # accuracy (null's choice) | f1 (of the second label) | matthews; a score: pearson
+
+
 class LocalTask(TextClassification):
     name = "local"
     eval_splits = (EvalSplit("local", "dev", "validation"),)
+    settings = (Setting("eval.local", LocalTaskConfig),)
 
-    def __init__(self, settings: Optional[LocalTaskConfig] = None):
-        """`settings` checked (configured() does that); None: the registry's entry, set up by configured()."""
-        if settings is not None:
-            self.folder = Path(settings.folder)
-            self.text_columns = (settings.text_columns[0], (settings.text_columns[1:] or [None])[0])
-            self.label_column = settings.label_column
-            self.labels = None if settings.labels is None else tuple(settings.labels)
-            self.metric = settings.metric or "accuracy"
+    def __init__(self, local: Optional[LocalTaskConfig] = None):
+        """`local`: eval.local, checked (configured() does that); None: the registry's entry, which configured()
+        sets up."""
+        if local is not None:
+            self.folder = Path(local.folder)
+            self.text_columns = (local.text_columns[0], (local.text_columns[1:] or [None])[0])
+            self.label_column = local.label_column
+            self.labels = None if local.labels is None else tuple(local.labels)
+            self.metric = local.metric or "accuracy"
 
     def configured(self, cfg) -> "LocalTask":
-        settings = cfg.local
+        local = cfg.local
         if self.name not in cfg.tasks:
             default = LocalTaskConfig()
-            for key in (item.name for item in dataclasses.fields(settings)):
-                if getattr(settings, key) != getattr(default, key):
-                    raise CrammingError(f"eval.local.{key}={getattr(settings, key)} is set but eval.tasks has no "
+            for key in (item.name for item in dataclasses.fields(local)):
+                if getattr(local, key) != getattr(default, key):
+                    raise CrammingError(f"eval.local.{key}={getattr(local, key)} is set but eval.tasks has no "
                                         f"{self.name}, so nothing would read it: add {self.name} to eval.tasks or "
                                         "drop it")
             return self
-        _check(settings)
-        return LocalTask(settings)
+        _check(local)
+        return LocalTask(local)
 
     def load(self, data_dir: Optional[str], max_malformed_fraction: float) -> TaskData:
         """The train and dev files of eval.local.folder (eval.data_dir is the other tasks' place)."""

@@ -1,14 +1,21 @@
-"""The tasks `eval.tasks` can name, one entry each in TASKS, and the check of an eval config against them. A new
-task is its own file plus its entry here.
+"""The tasks `eval.tasks` can name, one entry each in TASKS; the `eval` section's schema, GlueConfig, which adds
+each task's own settings (its `settings`, as `eval.local`) to the keys every task shares; and the check of an
+eval config against them. A new task is its own file plus its entry here.
 
 TASKS holds Task objects, not classes: GLUE's nine tasks are rows of one class (glue.py), as SuperGLUE's text-pair
 tasks are (superglue.py); a task with settings of its own is set up from the config by its `configured`.
 """
 
 import difflib
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from cramming.errors import CrammingError, problems_of, raise_problems
-from cramming.eval.config import GlueConfig
+from cramming.eval.config import GlueBaseConfig
 from cramming.eval.tasks.base import Task
 from cramming.eval.tasks.copa import Copa
 from cramming.eval.tasks.glue import GLUE_TASKS
@@ -18,6 +25,7 @@ from cramming.eval.tasks.race import Race
 from cramming.eval.tasks.record import Record
 from cramming.eval.tasks.superglue import PAIR_TASKS
 from cramming.eval.tasks.swag import Swag
+from cramming.plugin_keys import with_settings
 
 TASKS: tuple[Task, ...] = (
     *GLUE_TASKS,  # cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli
@@ -30,6 +38,26 @@ TASKS: tuple[Task, ...] = (
     LocalTask(),
 )
 TASK_NAMES = tuple(task.name for task in TASKS)
+
+
+@dataclass
+class GlueConfig(GlueBaseConfig):
+    """The `eval` section: the keys every task shares (cramming.eval.config) and each task's own settings."""
+
+
+GlueConfig = with_settings(GlueConfig, "eval", [setting for task in TASKS for setting in task.settings])
+ConfigStore.instance().store(group="eval", name="schema", node=GlueConfig)
+
+
+def as_glue_config(cfg: Any) -> GlueConfig:
+    """A GlueConfig from a Hydra DictConfig (or a GlueConfig); unknown keys and bad types are errors."""
+    if isinstance(cfg, GlueConfig):
+        return cfg
+    try:
+        values = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(GlueConfig), values))
+    except OmegaConfBaseException as error:
+        raise CrammingError(f"eval config: {str(error).splitlines()[0]}") from None
 
 
 def task_named(name: str) -> Task:

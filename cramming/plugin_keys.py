@@ -1,4 +1,4 @@
-"""The config keys a plug-in owns (a training technique, an optimizer): declared in its own file as `Setting`s
+"""The config keys a plug-in owns (a training technique, an optimizer, a task, a data source): declared in its own file as `Setting`s
 at the paths users type them, and added by the registry to the schema of the section they live in, so a new
 plug-in brings its keys without a line in the schema's file."""
 
@@ -14,7 +14,7 @@ class Setting:
 
     path: str
     type: Any
-    default: Any = None
+    default: Any = None  # a list default is copied for each config
 
     @property
     def section(self) -> str:
@@ -26,6 +26,8 @@ class Setting:
         name = self.path.rpartition(".")[2]
         if dataclasses.is_dataclass(self.type):
             return name, self.type, dataclasses.field(default_factory=self.type)
+        if isinstance(self.default, list):
+            return name, self.type, dataclasses.field(default_factory=lambda: list(self.default))
         return name, self.type, dataclasses.field(default=self.default)
 
 

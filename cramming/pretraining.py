@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-from cramming.data.config import DataConfig
-from cramming.data.sources import check_data_config
+from cramming.data.sources import DataConfig, check_data_config
 from cramming.errors import problems_of, raise_problems, require
 from cramming.eval.tasks.registry import GlueConfig, as_glue_config, check_glue_config
 from cramming.hardware import GpuProfile

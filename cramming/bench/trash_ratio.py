@@ -15,11 +15,11 @@ import argparse
 
 import numpy as np
 
-from cramming.data.config import DataConfig, FilterConfig, TokenizerConfig
+from cramming.data.config import FilterConfig, TokenizerConfig
 from cramming.data.filters import DocumentFilter, median_tokens_per_char
 from cramming.data.packing import TextBatch
 from cramming.data.prepare import _tokenizer_sample
-from cramming.data.sources import source_from_config
+from cramming.data.sources import DataConfig, source_from_config
 from cramming.data.tokenizer import train_tokenizer
 from cramming.errors import exit_on_user_error
 

@@ -6,9 +6,24 @@ scripts/prepare_data.py` or `cramming-prepare-data`.
 """
 
 import time
+from dataclasses import dataclass
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
 
 from cramming.cli import hydra_command
-from cramming.data.config import PrepareDataConfig  # registers the config schemas
+from cramming.data.sources import DataConfig  # registers the data schema
+
+
+@dataclass
+class PrepareDataConfig:
+    """Top level of `scripts/prepare_data.py`."""
+
+    data: DataConfig = MISSING
+    cache_dir: str = "${oc.env:CRAMMING_CACHE,'~/.cache/cramming'}"  # prepared datasets go to <cache_dir>/data
+
+
+ConfigStore.instance().store(name="prepare_data_schema", node=PrepareDataConfig)
 
 
 @hydra_command("prepare_data", PrepareDataConfig, directories=("cache_dir",))

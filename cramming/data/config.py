@@ -1,15 +1,15 @@
-"""Typed schema of the Hydra group `data`: every key here is used, any other key is rejected, and each part
-checks its values (`check`). The allowed choices of the keys are declared here (the vocabulary's bounds in
-cramming.data.vocab, below), and the code that acts on a key reads them from here: the schema imports nothing
-else of the data package.
+"""The keys of the Hydra group `data` that every source shares (DataBaseConfig): every key here is used, any
+other key is rejected, and each part checks its values (`check`). The allowed choices of the keys are declared
+here (the vocabulary's bounds in cramming.data.vocab, below), and the code that acts on a key reads them from
+here: this module imports nothing else of the data package.
 
-A source's own settings are its kind's class's to check (cramming.data.source_base, above the schema):
-`cramming.data.sources.check_data_config` checks them first, then calls `DataConfig.check`."""
+A source declares its own keys in its file (`settings`) and checks them (cramming.data.source_base, above);
+cramming.data.sources adds them to these in the group's schema, DataConfig, and `check_data_config` checks the
+source's keys first, then calls `DataBaseConfig.check`."""
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from cramming.data.vocab import MAX_VOCAB_SIZE, SPECIAL_TOKENS
@@ -102,34 +102,15 @@ class TokenizerConfig:
         ])
 
 
-@dataclass
-class MixtureSourceConfig:
-    """One source of a mixture (data=mixture): local files, and their share of the mixture's text."""
-
-    files: Any = None  # a path, a glob, or a list of them, as data.files
-    weight: float = 1.0  # share of the characters, relative to the other sources' weights
-    name: Optional[str] = None  # its label in the summary; null: the files as given
-    text_column: Optional[str] = None  # null: data.text_column
-    sample_by: Optional[str] = None  # null: data.sample_by
-
 
 @dataclass
-class DataConfig:
+class DataBaseConfig:
+    """The keys every source shares; DataConfig (cramming.data.sources) adds each kind's own (`data.files`,
+    `data.hub_path`, `data.sources`, ...)."""
+
     name: str = MISSING
     source: str = MISSING  # embedded | local | hub | mixture
-    # local: a path or glob, or a list of them (.txt, .txt.gz, .jsonl[.gz], .parquet)
-    files: Any = None
-    # mixture: the sources and their weights; documents are interleaved by characters (cramming.data.mixture)
-    sources: list[MixtureSourceConfig] = field(default_factory=list)
-    # hub: load_dataset(hub_path, hub_name, split=split, streaming=streaming, revision=the commit of hub_revision)
-    hub_path: Optional[str] = None
-    hub_name: Optional[str] = None
-    # hub: a branch, tag or commit sha of the dataset (null: its default branch); the commit it resolves to is
-    # what both passes read, and is recorded in meta.json (`hub`) and the summary
-    hub_revision: Optional[str] = None
-    split: str = "train"
-    streaming: bool = True
-    text_column: str = "text"
+    text_column: str = "text"  # of records (.jsonl, .parquet, the hub)
     # text files: one document per line, per blank-line-separated paragraph, or per file
     sample_by: str = "paragraph"
     max_documents: Optional[int] = None  # stop after this many documents read (large hub corpora)
@@ -172,15 +153,3 @@ class DataConfig:
         self.filter.check()
 
 
-ConfigStore.instance().store(group="data", name="schema", node=DataConfig)
-
-
-@dataclass
-class PrepareDataConfig:
-    """Top level of `scripts/prepare_data.py`."""
-
-    data: DataConfig = MISSING
-    cache_dir: str = "${oc.env:CRAMMING_CACHE,'~/.cache/cramming'}"  # prepared datasets go to <cache_dir>/data
-
-
-ConfigStore.instance().store(name="prepare_data_schema", node=PrepareDataConfig)

@@ -3,7 +3,7 @@
 import hashlib
 from collections.abc import Iterator
 
-from cramming.data.config import DataConfig
+from cramming.data.config import DataBaseConfig
 from cramming.data.source_base import Document, Source
 from cramming.errors import CrammingError
 
@@ -21,7 +21,7 @@ class EmbeddedSource(Source):
     kind = "embedded"
 
     @classmethod
-    def build(cls, cfg: DataConfig) -> "EmbeddedSource":
+    def build(cls, cfg: DataBaseConfig) -> "EmbeddedSource":
         return cls(cfg)
 
     def fingerprint(self) -> dict:

@@ -9,11 +9,13 @@ recorded when the hub answers; offline (the datasets cache) it is not, and readi
 import logging
 import re
 from collections.abc import Iterator
+from typing import Optional
 
-from cramming.data.config import DataConfig
+from cramming.data.config import DataBaseConfig
 from cramming.data.local_source import READ_BATCH_ROWS
 from cramming.data.source_base import Document, Source, split_records
 from cramming.errors import CrammingError, require
+from cramming.plugin_keys import Setting
 
 log = logging.getLogger(__name__)
 COMMIT = re.compile(r"[0-9a-f]{40}")  # a full commit sha names itself: no need to ask the hub
@@ -21,17 +23,29 @@ COMMIT = re.compile(r"[0-9a-f]{40}")  # a full commit sha names itself: no need 
 
 class HubSource(Source):
     kind = "hub"
+    settings = (
+        # load_dataset(hub_path, hub_name, split=split, streaming=streaming, revision=the commit of hub_revision)
+        Setting("data.hub_path", Optional[str]),
+        Setting("data.hub_name", Optional[str]),
+        # a branch, tag or commit sha of the dataset (null: its default branch); the commit it resolves to is
+        # what both passes read, and is recorded in meta.json (`hub`) and the summary
+        Setting("data.hub_revision", Optional[str]),
+        Setting("data.split", str, "train"),
+        Setting("data.streaming", bool, True),
+    )
 
-    def __init__(self, cfg: DataConfig):
+    def __init__(self, cfg: DataBaseConfig):
         super().__init__(cfg)
         self._commit: str | None = None
         self._resolved = False
 
-    reads_revision = True
+    @classmethod
+    def rules_when_unused(cls, cfg: DataBaseConfig) -> list[tuple[bool, str]]:
+        return [(cfg.hub_revision is None, f"data.hub_revision={cfg.hub_revision} is read only with data.source=hub "
+                                           f"(here data.source={cfg.source})")]
 
     @classmethod
-    def check(cls, cfg: DataConfig) -> None:
-        super().check(cfg)
+    def check(cls, cfg: DataBaseConfig) -> None:
         require([
             (bool(cfg.hub_path), "data.source=hub needs data.hub_path (a dataset name on the hub)"),
             (cfg.hub_revision is None or bool(cfg.hub_revision.strip()),
@@ -40,7 +54,7 @@ class HubSource(Source):
         ])
 
     @classmethod
-    def build(cls, cfg: DataConfig) -> "HubSource":
+    def build(cls, cfg: DataBaseConfig) -> "HubSource":
         return cls(cfg)
 
     @property

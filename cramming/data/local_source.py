@@ -6,10 +6,12 @@ import stat
 import struct
 import zlib
 from collections.abc import Iterator
+from typing import Any
 
-from cramming.data.config import DataConfig
+from cramming.data.config import DataBaseConfig
 from cramming.data.source_base import Document, Source, split_records
 from cramming.errors import CrammingError, require
+from cramming.plugin_keys import Setting
 
 # datasets builder for each supported file suffix (compression is handled by datasets itself)
 BUILDERS = {
@@ -80,19 +82,19 @@ def text_size_bytes(path: str) -> int:
 
 class LocalSource(Source):
     kind = "local"
+    settings = (Setting("data.files", Any),)  # a path or glob, or a list of them (.txt[.gz], .jsonl[.gz], .parquet)
 
-    def __init__(self, cfg: DataConfig, files: list[str]):
+    def __init__(self, cfg: DataBaseConfig, files: list[str]):
         super().__init__(cfg)
         self.files = files  # the local files read, in order
 
     @classmethod
-    def check(cls, cfg: DataConfig) -> None:
-        super().check(cfg)
+    def check(cls, cfg: DataBaseConfig) -> None:
         require([(cfg.files not in (None, "???", "", []),
                   "data=local needs data.files=<a file, a glob, or a list of them>")])
 
     @classmethod
-    def build(cls, cfg: DataConfig) -> "LocalSource":
+    def build(cls, cfg: DataBaseConfig) -> "LocalSource":
         return cls(cfg, resolve_files(cfg.files))
 
     def fingerprint(self) -> dict:

@@ -16,13 +16,17 @@ summary records how much of each source was read, so weights can be set to the s
 all of them.
 """
 
+import dataclasses
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Optional
 
-from cramming.data.config import DataConfig
+from cramming.data.config import DataBaseConfig
 from cramming.data.local_source import LocalSource
 from cramming.data.source_base import SAMPLE_BY, Document, Source
 from cramming.errors import CrammingError
+from cramming.plugin_keys import Setting
 
 
 def source_name(spec) -> str:
@@ -32,22 +36,36 @@ def source_name(spec) -> str:
     return files
 
 
+@dataclass
+class MixtureSourceConfig:
+    """One source of a mixture (data=mixture): local files, and their share of the mixture's text."""
+
+    files: Any = None  # a path, a glob, or a list of them, as data.files
+    weight: float = 1.0  # share of the characters, relative to the other sources' weights
+    name: Optional[str] = None  # its label in the summary; null: the files as given
+    text_column: Optional[str] = None  # null: data.text_column
+    sample_by: Optional[str] = None  # null: data.sample_by
+
+
 class Mixture(Source):
     """Several local sources read as one stream, interleaved by characters (module docstring)."""
 
     kind = "mixture"
+    # the sources and their weights; documents are interleaved by characters
+    settings = (Setting("data.sources", list[MixtureSourceConfig], []),)
 
-    def __init__(self, cfg: DataConfig, components: list[LocalSource], names: list[str], weights: list[float]):
+    def __init__(self, cfg: DataBaseConfig, components: list[LocalSource], names: list[str], weights: list[float]):
         super().__init__(cfg)
         self.components, self.names = components, names
         self.weights = weights  # normalized to sum to 1
 
-    reads_sources = True
+    @classmethod
+    def rules_when_unused(cls, cfg: DataBaseConfig) -> list[tuple[bool, str]]:
+        return [(not cfg.sources, f"data.sources is set but data.source={cfg.source}: mixtures need data=mixture")]
 
     @classmethod
-    def check(cls, cfg: DataConfig) -> None:
+    def check(cls, cfg: DataBaseConfig) -> None:
         """The mixture's settings, one line naming the first bad one."""
-        super().check(cfg)
         if not cfg.sources:
             raise CrammingError("data=mixture needs data.sources='[{files: a.txt.gz, weight: 0.7}, {files: b.jsonl, "
                                 "weight: 0.3}]'")
@@ -71,11 +89,11 @@ class Mixture(Source):
             raise CrammingError(f"data.sources: two sources are named {duplicate!r}; give each a distinct name")
 
     @classmethod
-    def build(cls, cfg: DataConfig) -> "Mixture":
+    def build(cls, cfg: DataBaseConfig) -> "Mixture":
         components, names, weights = [], [], []
         for spec in cfg.sources:
-            component = DataConfig(
-                name=cfg.name, source="local", files=spec.files,
+            component = dataclasses.replace(  # the whole section's schema, whose kinds' keys this one does not hold
+                cfg, source="local", files=spec.files, sources=[],
                 text_column=spec.text_column if spec.text_column is not None else cfg.text_column,
                 sample_by=spec.sample_by if spec.sample_by is not None else cfg.sample_by,
             )

@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 
 from cramming.data import store
-from cramming.data.config import DataConfig
+from cramming.data.config import DataBaseConfig
 from cramming.data.filters import DocumentFilter, median_tokens_per_char, trash_cutoff
 from cramming.data.mixture import Mixture
 from cramming.data.ordering import row_order, sentence_end_ids
@@ -44,7 +44,7 @@ ENCODES_IN_FLIGHT = 2
 VERIFIED: set[Path] = set()  # cached datasets whose hashes this process has checked
 
 
-def prepare_dataset(cfg: DataConfig, cache_dir: str, verify: bool = True) -> tuple[store.PreparedDataset, bool]:
+def prepare_dataset(cfg: DataBaseConfig, cache_dir: str, verify: bool = True) -> tuple[store.PreparedDataset, bool]:
     """Return the prepared dataset for `cfg`, building it unless the cache has it (second value: reused).
 
     A cached dataset is checked before it is trusted: sizes always, hashes the first time this process
@@ -90,7 +90,7 @@ def _capped(documents: Iterable[Document], max_documents: int | None) -> Iterato
         yield document
 
 
-def _tokenizer_sample(cfg: DataConfig, source: Source, sample_filter: DocumentFilter) -> TextBatch:
+def _tokenizer_sample(cfg: DataBaseConfig, source: Source, sample_filter: DocumentFilter) -> TextBatch:
     """The first `train_sample_mb` of text that passes the tokenizer-free filters."""
     sample = TextBatch()
     budget = cfg.tokenizer.train_sample_mb * 1e6
@@ -163,7 +163,7 @@ def _finished(item):
     return batch, encodings.result()
 
 
-def _build(cfg: DataConfig, source: Source, out: Path, pretrained: Tokenizer | None) -> dict:
+def _build(cfg: DataBaseConfig, source: Source, out: Path, pretrained: Tokenizer | None) -> dict:
     """pretrained: the tokenizer of data.tokenizer.kind=pretrained; None trains one on the corpus."""
     started = time.perf_counter()
     if pretrained is None:

@@ -11,11 +11,11 @@ each counter has one writer.
 
 from tqdm import tqdm
 
-from cramming.data.config import DataConfig
+from cramming.data.config import DataBaseConfig
 
 
 class PreparationProgress:
-    def __init__(self, cfg: DataConfig, total_bytes: int | None, num_sources: int = 1):
+    def __init__(self, cfg: DataBaseConfig, total_bytes: int | None, num_sources: int = 1):
         if cfg.max_tokens is not None:
             self.measure, total, unit = "tokens", cfg.max_tokens, " tokens"
         elif cfg.max_documents is not None:

@@ -3,16 +3,18 @@ it yields.
 
 Every source yields documents as lists of lines: lines are what the tokenizer encodes (short strings
 encode fastest), documents are what the filters judge and what [SEP] separates when packing. A source class
-names its `data.source` value in `kind` (`kind = "hub"`); `cramming.data.sources` lists every kind (SOURCES)
-and looks up the one a config names.
+names its `data.source` value in `kind` (`kind = "hub"`) and declares the keys only it reads in `settings`;
+`cramming.data.sources` lists every kind (SOURCES), adds their settings to the `data` schema and looks up the
+kind a config names.
 """
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from typing import ClassVar
 
-from cramming.data.config import DataConfig
-from cramming.errors import CrammingError, require
+from cramming.data.config import DataBaseConfig
+from cramming.errors import CrammingError
+from cramming.plugin_keys import Setting
 
 Document = list[str]
 
@@ -23,25 +25,25 @@ class Source(ABC):
     """A resolved data source: its documents, its size when known up front, and a fingerprint for the cache key."""
 
     kind: ClassVar[str]  # its data.source value
-    reads_revision: ClassVar[bool] = False  # data.hub_revision (hub datasets)
-    reads_sources: ClassVar[bool] = False  # data.sources (mixtures)
+    settings: ClassVar[tuple[Setting, ...]] = ()  # the keys of `data` only this kind reads
 
-    def __init__(self, cfg: DataConfig):
+    def __init__(self, cfg: DataBaseConfig):
         self.cfg = cfg
 
     @classmethod
-    def check(cls, cfg: DataConfig) -> None:
-        """This kind's settings, before any text is read: a kind adds the rules of the keys it reads."""
-        require([
-            (cls.reads_revision or cfg.hub_revision is None,
-             f"data.hub_revision={cfg.hub_revision} is read only with data.source=hub (here data.source={cfg.source})"),
-            (cls.reads_sources or not cfg.sources,
-             f"data.sources is set but data.source={cfg.source}: mixtures need data=mixture"),
-        ])
+    def check(cls, cfg: DataBaseConfig) -> None:
+        """This kind's settings when it is the source, before any text is read; CrammingError naming the first bad
+        one. The keys every source shares are checked by the schema."""
+
+    @classmethod
+    def rules_when_unused(cls, cfg: DataBaseConfig) -> list[tuple[bool, str]]:
+        """(holds, message) for this kind's keys when another kind is the source: a key that would silently do
+        nothing there is refused."""
+        return []
 
     @classmethod
     @abstractmethod
-    def build(cls, cfg: DataConfig) -> "Source":
+    def build(cls, cfg: DataBaseConfig) -> "Source":
         """This kind's source for `cfg` (whose settings cramming.data.sources.source_from_config has checked)."""
 
     @abstractmethod

@@ -1,22 +1,38 @@
 """Where raw text comes from: one class per `data.source` (its `kind`), each in its own file behind the interface
-of `source_base.Source`, listed in SOURCES, and the lookup from a data config to its source.
+of `source_base.Source`, listed in SOURCES; the `data` schema, DataConfig, which adds each kind's own keys (its
+`settings`) to those every source shares; and the lookup from a data config to its source.
 
-Adding a kind: its file (a Source subclass with its `kind`), one line in SOURCES, a test. A source's settings
-are its kind's to check, so the whole data config is checked from here (`check_data_config`), above the schema.
+Adding a kind: its file (a Source subclass with its `kind` and `settings`), one line in SOURCES, a test. A
+source's settings are its kind's to check, so the whole data config is checked from here (`check_data_config`),
+above the schema.
 """
 
-from cramming.data.config import DataConfig
+from dataclasses import dataclass
+
+from hydra.core.config_store import ConfigStore
+
+from cramming.data.config import DataBaseConfig
 from cramming.data.embedded_source import EmbeddedSource, embedded_documents
 from cramming.data.hub_source import HubSource
 from cramming.data.local_source import BUILDERS, LocalSource, builder_for, resolve_files, text_size_bytes
 from cramming.data.mixture import Mixture
 from cramming.data.source_base import SAMPLE_BY, Source
 from cramming.errors import require
+from cramming.plugin_keys import with_settings
 
 SOURCES: tuple[type[Source], ...] = (EmbeddedSource, HubSource, LocalSource, Mixture)
 KINDS = {source.kind: source for source in SOURCES}  # data.source → its class
 
-__all__ = ["BUILDERS", "KINDS", "SOURCES", "EmbeddedSource", "HubSource", "LocalSource", "Mixture", "builder_for",
+
+@dataclass
+class DataConfig(DataBaseConfig):
+    """The `data` section: the keys every source shares (cramming.data.config) and each kind's own."""
+
+
+DataConfig = with_settings(DataConfig, "data", [setting for source in SOURCES for setting in source.settings])
+ConfigStore.instance().store(group="data", name="schema", node=DataConfig)
+
+__all__ = ["BUILDERS", "KINDS", "SOURCES", "DataConfig", "EmbeddedSource", "HubSource", "LocalSource", "Mixture", "builder_for",
            "check_data_config", "embedded_documents", "resolve_files", "source_from_config", "text_size_bytes"]
 
 
@@ -25,6 +41,7 @@ def _check_source_settings(cfg: DataConfig) -> None:
     require([(cfg.source in KINDS, f"data.source={cfg.source!r} is unknown; choose one of {', '.join(sorted(KINDS))}"),
              (cfg.sample_by in SAMPLE_BY,
               f"data.sample_by={cfg.sample_by!r} is unknown; choose one of {', '.join(SAMPLE_BY)}")])
+    require([rule for other in SOURCES if other.kind != cfg.source for rule in other.rules_when_unused(cfg)])
     KINDS[cfg.source].check(cfg)
 
 

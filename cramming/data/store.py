@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
-from cramming.data.config import DataConfig, FilterConfig, TokenizerConfig
+from cramming.data.config import FilterConfig, TokenizerConfig
+from cramming.data.sources import DataConfig
 from cramming.errors import CrammingError
 
 FORMAT_VERSION = 2  # 2: deterministic tokenizer training

@@ -20,7 +20,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from cramming.data.config import DataConfig
+from cramming.data.sources import DataConfig
 from cramming.errors import CrammingError, free_space
 from cramming.files import WriteFailed, write_atomically
 from cramming.model import build_mlm_model

@@ -12,10 +12,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from cramming.data import store
-from cramming.data.config import DataConfig, FilterConfig, MixtureSourceConfig, TokenizerConfig
-from cramming.data.mixture import Mixture
+from cramming.data.config import FilterConfig, TokenizerConfig
+from cramming.data.mixture import Mixture, MixtureSourceConfig
 from cramming.data.prepare import prepare_dataset
-from cramming.data.sources import source_from_config
+from cramming.data.sources import DataConfig, source_from_config
 from tests.conftest import REPO_ROOT
 from tests.train.runs import compose_config
 

@@ -8,10 +8,10 @@ from transformers import PreTrainedTokenizerFast
 
 from cramming.data import prepare as prepare_module
 from cramming.data import store
-from cramming.data.config import DataConfig, FilterConfig, TokenizerConfig
+from cramming.data.config import FilterConfig, TokenizerConfig
 from cramming.data.mlm import MLMCollator, PackedRows
 from cramming.data.prepare import prepare_dataset
-from cramming.data.sources import embedded_documents
+from cramming.data.sources import DataConfig, embedded_documents
 from cramming.data.tokenizer import load_tokenizer
 from cramming.data.vocab import SEP_ID
 from cramming.errors import CrammingError

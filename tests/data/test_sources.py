@@ -6,9 +6,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cramming.data.config import DataConfig
 from cramming.data.source_base import Source
-from cramming.data.sources import embedded_documents, resolve_files, source_from_config, text_size_bytes
+from cramming.data.sources import DataConfig, embedded_documents, resolve_files, source_from_config, text_size_bytes
 from cramming.errors import CrammingError
 
 BOOKS = "first line of book one\nsecond line of book one\n\nbook two starts here\nand ends here\n"

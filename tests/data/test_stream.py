@@ -7,8 +7,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from cramming.data.config import DataConfig
 from cramming.data.prepare import prepare_dataset
+from cramming.data.sources import DataConfig
 from cramming.data.stream import Microbatches, microbatch_stream
 
 

@@ -9,10 +9,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from cramming.data import store
-from cramming.data.config import DataConfig, FilterConfig
+from cramming.data.config import FilterConfig
 from cramming.data.description import describe_dataset
 from cramming.data.filters import median_tokens_per_char, trash_cutoff
 from cramming.data.prepare import prepare_dataset
+from cramming.data.sources import DataConfig
 from tests.train.runs import compose_config
 
 

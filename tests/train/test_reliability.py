@@ -252,14 +252,19 @@ def test_ctrl_c_stops_after_the_step_with_a_checkpoint(shared_cache, tmp_path):
 
 @pytest.mark.slow
 def test_a_second_signal_exits_at_once(shared_cache, tmp_path):
-    """Steps of 32 microbatches (about a second here): the second SIGINT comes while the first waits for the
-    step to end. (Two signals sent at once would arrive as one.)"""
+    """Steps of 32 microbatches (about a second here) and no checkpoint between them: the first SIGINT lands in a
+    step, and the second is sent once the run has said it got the first, while it waits for the step to end.
+    (Two signals sent at once would arrive as one; a checkpoint after every step once let the first land after a
+    step, so that the run stopped before the second came, on a busy machine.)"""
     victim = run_cli(*STEP_RUN, "train.max_steps=400", "train.batch_size=512", "train.batch_ramp_fraction=0",
-                     f"output_dir={tmp_path}", start_new_session=True)
+                     "checkpoint.interval_minutes=100", f"output_dir={tmp_path}", start_new_session=True)
     wait_for("t/*/metrics.jsonl", tmp_path, victim)
     victim.send_signal(signal.SIGINT)
-    time.sleep(0.2)
+    lines = []
+    while not lines or not lines[-1].startswith("SIGINT: stopping after this step"):
+        lines.append(victim.stdout.readline())
+        assert lines[-1], "".join(lines)  # the run ended before it said it got the signal
     victim.send_signal(signal.SIGINT)
     output, _ = victim.communicate(timeout=120)
-    assert victim.returncode == 130 and "Traceback" not in output
+    assert victim.returncode == 130 and "Traceback" not in "".join(lines) + output
     assert output.strip().splitlines()[-1] == "interrupted: second SIGINT: exiting now, without a checkpoint"

@@ -92,7 +92,7 @@ class Mixture(Source):
     def build(cls, cfg: DataBaseConfig) -> "Mixture":
         components, names, weights = [], [], []
         for spec in cfg.sources:
-            component = dataclasses.replace(  # the whole section's schema, whose kinds' keys this one does not hold
+            component = dataclasses.replace(  # the section read as data=local (its schema holds every kind's keys)
                 cfg, source="local", files=spec.files, sources=[],
                 text_column=spec.text_column if spec.text_column is not None else cfg.text_column,
                 sample_by=spec.sample_by if spec.sample_by is not None else cfg.sample_by,

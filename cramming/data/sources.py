@@ -32,8 +32,9 @@ class DataConfig(DataBaseConfig):
 DataConfig = with_settings(DataConfig, "data", [setting for source in SOURCES for setting in source.settings])
 ConfigStore.instance().store(group="data", name="schema", node=DataConfig)
 
-__all__ = ["BUILDERS", "KINDS", "SOURCES", "DataConfig", "EmbeddedSource", "HubSource", "LocalSource", "Mixture", "builder_for",
-           "check_data_config", "embedded_documents", "resolve_files", "source_from_config", "text_size_bytes"]
+__all__ = ["BUILDERS", "KINDS", "SOURCES", "DataConfig", "EmbeddedSource", "HubSource", "LocalSource", "Mixture",
+           "builder_for", "check_data_config", "embedded_documents", "resolve_files", "source_from_config",
+           "text_size_bytes"]
 
 
 def _check_source_settings(cfg: DataConfig) -> None:

@@ -14,7 +14,7 @@ class Setting:
 
     path: str
     type: Any
-    default: Any = None  # a list default is copied for each config
+    default: Any = dataclasses.field(default=None, hash=False)  # a list default is copied for each config
 
     @property
     def section(self) -> str:

@@ -103,7 +103,7 @@ def model_flops_utilization(tokens_per_second: float, flops_per_token: float, pe
 
 def known_profiles() -> dict[str, GpuProfile]:
     """Every profile in configs/gpu (except auto), checked against the schema. Read once while the files are
-    unchanged (a run asks four times, at 80 ms a read on a CPU); each caller gets its own copies."""
+    unchanged (a run asks four times, at about 30 ms a read on a CPU); each caller gets its own copies."""
     from cramming import CONFIG_DIR
 
     files = tuple((path, path.stat().st_mtime_ns) for path in sorted((CONFIG_DIR / "gpu").glob("*.yaml")))

@@ -1,6 +1,6 @@
-"""The config keys a plug-in owns (a training technique, an optimizer, a task, a data source): declared in its own file as `Setting`s
-at the paths users type them, and added by the registry to the schema of the section they live in, so a new
-plug-in brings its keys without a line in the schema's file."""
+"""The config keys a plug-in owns (a training technique, an optimizer, a task, a data source): declared in its
+own file as `Setting`s at the paths users type them, and added by the registry to the schema of the section they
+live in, so a new plug-in brings its keys without a line in the schema's file."""
 
 import dataclasses
 from dataclasses import dataclass

@@ -16,12 +16,12 @@ from cramming.bench.timing import TimedStep
 from cramming.errors import CrammingError
 from cramming.gradient_step import Precision
 from cramming.model import ModelConfig, build_mlm_model
-from cramming.train.optimizers import NAMES, OPTIMIZERS, build_pretraining_optimizer
+from cramming.train.optimizers import NAMES, build_pretraining_optimizer
 from cramming.train.techniques import TECHNIQUES, RunContext, build_techniques, prepare_model, variant_overrides
 
 
 def variant_names() -> list[str]:
-    return [technique.variant for technique in TECHNIQUES if technique.variant] + [optimizer.name for optimizer in OPTIMIZERS]
+    return [technique.variant for technique in TECHNIQUES if technique.variant] + list(NAMES)
 
 
 def variant_config(name: str, arch: ModelConfig):

@@ -41,8 +41,9 @@ class HubSource(Source):
 
     @classmethod
     def rules_when_unused(cls, cfg: DataBaseConfig) -> list[tuple[bool, str]]:
-        return [(cfg.hub_revision is None, f"data.hub_revision={cfg.hub_revision} is read only with data.source=hub "
-                                           f"(here data.source={cfg.source})")]
+        return [(cfg.hub_revision is None,
+                 f"data.hub_revision={cfg.hub_revision} is read only with data.source=hub "
+                 f"(here data.source={cfg.source})")]
 
     @classmethod
     def check(cls, cfg: DataBaseConfig) -> None:

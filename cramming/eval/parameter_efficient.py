@@ -55,8 +55,7 @@ class LoraSettings:
         `head` frozen (a peft.PeftModel; it draws LoRA's A from the global random stream)."""
         from peft import LoraConfig, get_peft_model  # imported only when used: peft takes seconds to import
 
-        head_modules = {name.rpartition(".")[0] for name in head}
-        targets = lora_targets(model, head_modules, self.target_modules)
+        targets = lora_targets(model, head_modules(head), self.target_modules)
         config = LoraConfig(r=self.rank, lora_alpha=self.alpha, lora_dropout=self.dropout, bias="none",
                             target_modules=targets)
         wrapped = get_peft_model(model, config)  # in place: `model` is its base model; freezes all but LoRA
@@ -90,6 +89,11 @@ def lora_settings(cfg: Any) -> Optional[LoraSettings]:
     if targets is not None and (not targets or not all(targets)):
         raise CrammingError(f"eval.peft_target_modules={list(targets)} must name Linear layers, or be null for all")
     return LoraSettings(rank, float(alpha), float(dropout), None if targets is None else tuple(targets))
+
+
+def head_modules(head: list[str]) -> set[str]:
+    """The modules owning the fresh head's parameters (`head`: their full names)."""
+    return {name.rpartition(".")[0] for name in head}
 
 
 def lora_targets(model: nn.Module, head: set[str], requested: Optional[tuple[str, ...]]) -> list[str]:

@@ -2,7 +2,6 @@
 a kept classifier's export scored on its task's dev split the same way (export.py's quantize_eval_task)."""
 
 import dataclasses
-import json
 import logging
 import statistics
 import time
@@ -11,14 +10,15 @@ from typing import Any, Callable
 
 import torch
 
-from cramming.device import prepare_device, resolve_device
+from cramming.device import prepare_device
 from cramming.errors import CrammingError
 from cramming.eval.batching import subset
 from cramming.eval.config import protocol_deviations
 from cramming.eval.encoders import PretrainedEncoder, open_encoder
 from cramming.eval.finetune import evaluate, finetune
-from cramming.eval.parameter_efficient import FULL_FINE_TUNING, LoraSettings, lora_settings, parameter_counts, record
+from cramming.eval.parameter_efficient import FULL_FINE_TUNING, LoraSettings, parameter_counts, record
 from cramming.eval.report import write_reports
+from cramming.eval.start import check_encoder_fits, glue_start
 from cramming.eval.submission import zip_submission
 from cramming.eval.tasks.base import DataMissing, Task, TaskData
 from cramming.eval.tasks.glue import PROTOCOL_NUMBERS, glue_average
@@ -26,8 +26,6 @@ from cramming.eval.tasks.registry import (
     TASK_NAMES,
     GlueConfig,
     as_glue_config,
-    check_glue_config,
-    requested_tasks,
     task_named,
 )
 from cramming.eval.tasks.superglue import SCORE_METRICS, SuperGlueTask, superglue_score
@@ -48,16 +46,11 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path,
     """
     started = time.perf_counter()
     cfg = as_glue_config(eval_cfg)
-    check_glue_config(cfg)
-    tasks = requested_tasks(cfg)
-    lora = lora_settings(cfg)
-    device = resolve_device(cfg.device, "eval.device")
-    precision = Precision.resolve(cfg.precision, device, "eval.precision")
+    start = glue_start(cfg)
+    tasks, lora, device, precision = start.tasks, start.lora, start.device, start.precision
     prepare_device(device)
-    baseline = _read_baseline(cfg.baseline)
     encoder = open_encoder(str(checkpoint), cfg.dropout)
-    if cfg.max_length > encoder.max_positions:
-        raise CrammingError(f"eval.max_length={cfg.max_length} exceeds the checkpoint's {encoder.max_positions} positions")
+    check_encoder_fits(cfg, None, encoder.max_positions, None, [])
     peft = record(lora, encoder.classifier(2, cfg.dropout, 0, lora) if lora else None)  # bad targets fail now
     if lora is not None:
         log.info("parameter-efficient protocol: %s (%s); not comparable with full fine-tuning",
@@ -92,7 +85,7 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path,
         "superglue_score_over": superglue_over,
         "superglue_score_missing": [name for name in SCORE_METRICS if superglue_over and name not in superglue_over],
         "scores": scores,
-        "baseline": baseline,
+        "baseline": start.baseline,
         "tasks": task_results,
         "hyperparameters": dataclasses.asdict(cfg),
         "protocol_deviations": protocol_deviations(cfg),
@@ -123,21 +116,6 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path,
 def _spread(values: list[float]) -> dict[str, float]:
     deviation = statistics.stdev(values) if len(values) > 1 else 0.0
     return {"min": min(values), "max": max(values), "stdev": deviation}
-
-
-def _read_baseline(path: str | None) -> dict | None:
-    """The scores of an earlier glue_results.json, to show beside this run's; read before any fine-tuning."""
-    if path is None:
-        return None
-    try:
-        earlier = json.loads(Path(path).read_text())
-        return {"checkpoint": earlier["checkpoint"], "protocol": earlier.get("protocol", FULL_FINE_TUNING),
-                "scores": earlier["scores"],
-                "glue_score": earlier["glue_score"], "glue_score_over": earlier["glue_score_over"]}
-    except OSError as error:
-        raise CrammingError(f"eval.baseline={path}: cannot read it ({error.strerror})") from None
-    except (ValueError, KeyError, TypeError):
-        raise CrammingError(f"eval.baseline={path}: not a glue_results.json written by eval_glue") from None
 
 
 def load_task_data(tasks: list[Task], cfg: GlueConfig) -> tuple[dict[str, TaskData], dict[str, dict]]:

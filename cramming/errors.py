@@ -95,6 +95,20 @@ def fail(message: str, exit_code: int = 2, label: str = "error"):
     sys.exit(exit_code)
 
 
+USER_ERRORS = (CrammingError, MissingMandatoryValue, OSError, KeyboardInterrupt)
+
+
+def user_error_line(error: BaseException) -> tuple[str, int, str]:
+    """(message, exit code, label) of one of USER_ERRORS, as the boundary prints it."""
+    if isinstance(error, CrammingError):
+        return str(error), error.exit_code, error.label
+    if isinstance(error, MissingMandatoryValue):
+        return f"{error.full_key} is required: add {error.full_key}=... to the command", 2, "error"
+    if isinstance(error, OSError):
+        return describe_os_error(error), 2, "error"
+    return "stopped before it finished", 130, "interrupted"
+
+
 def exit_on_user_error(task):
     """Wrap a command so a user's problem prints one line and exits non-zero (see the module docstring)."""
 
@@ -102,15 +116,9 @@ def exit_on_user_error(task):
     def wrapper(*args, **kwargs):
         try:
             return task(*args, **kwargs)
-        except (CrammingError, MissingMandatoryValue, OSError, KeyboardInterrupt) as error:
+        except USER_ERRORS as error:
             if os.environ.get("CRAMMING_DEBUG"):
                 raise
-            if isinstance(error, CrammingError):
-                fail(str(error), error.exit_code, error.label)
-            if isinstance(error, MissingMandatoryValue):
-                fail(f"{error.full_key} is required: add {error.full_key}=... to the command")
-            if isinstance(error, OSError):
-                fail(describe_os_error(error))
-            fail("stopped before it finished", 130, "interrupted")
+            fail(*user_error_line(error))
 
     return wrapper

@@ -100,10 +100,14 @@ def test_ablate_needs_a_sweep_or_a_multirun_directory(tmp_path, arguments, messa
     assert run.stderr.strip().splitlines()[-1].startswith(message), run.stderr
 
 
-def test_a_job_that_fails_stops_the_sweep_with_one_line(tmp_path):
+def test_a_job_that_fails_is_said_and_the_sweep_goes_on(tmp_path):
+    """Each failed job in a line as it fails, the next job still run, and one closing line naming them all."""
     run = command("eval_glue", "-m", "ckpt=/nope1,/nope2", f"output_dir={tmp_path}", cwd=tmp_path)
     assert run.returncode == 2 and "Traceback" not in run.stderr
-    assert run.stderr.strip().splitlines()[-1] == "error: ckpt=/nope1: no such directory"
+    assert run.stderr.strip().splitlines()[-3:] == [
+        "error: job 0 failed: ckpt=/nope1: no such directory", "error: job 1 failed: ckpt=/nope2: no such directory",
+        "error: 2 of the sweep's 2 jobs failed (each job ran): job 0: ckpt=/nope1: no such directory; job 1: "
+        "ckpt=/nope2: no such directory"]
 
 
 PRETRAIN_GROUPS = "its groups: arch, data, train, optim, gpu, eval, wandb"

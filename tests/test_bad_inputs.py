@@ -270,14 +270,14 @@ CASES = [  # (command, arguments, what the one line must contain)
                                                                  "(arch.num_layers: 2 in the checkpoint, 3 now)"),
     # corpora
     ("pretrain", [*TINY, "data=local", "data.files={corpus}/*.gz"], "matches no files"),
-    ("pretrain", [*TINY, "data=local", "data.files={corpus}/binary.txt"], "no documents left after filtering "
-                                                                          "(read 401 documents; dropped: too_short 1, "
-                                                                          "bad_bytes 400"),
-    ("pretrain", [*TINY, "data=local", "data.files={corpus}/empty.txt"], "no documents left after filtering (read 0"),
+    ("pretrain", [*TINY, "data=local", "data.files={corpus}/binary.txt"],
+     "data.filter.max_bad_char_fraction=0.01: every document has more undecodable bytes — the filters keep none of "
+     "the whole source (too_short 1, bad_bytes 400)"),
+    ("pretrain", [*TINY, "data=local", "data.files={corpus}/empty.txt"], "data: the source holds no documents"),
     ("pretrain", [*TINY, "data=local", "data.files={corpus}"], "is a directory; give a glob"),
     ("pretrain", [*TINY, "data=local", "data.files={corpus}/table.csv"], "table.csv has an unsupported type"),
     ("prepare_data", ["data=embedded", "cache_dir={cache}", "data.filter.min_chars=100000000"],
-     "no documents left after filtering"),
+     "data.filter.min_chars=100000000: every document is shorter — the filters keep none of the whole source"),
     ("prepare_data", ["data=embedded", "cache_dir={cache}", "data.sample_by=sentence"], "data.sample_by='sentence' is "
                                                                                        "unknown"),
     ("prepare_data", ["data=nonexistent", "cache_dir={cache}"], "unknown data=nonexistent; choose one of embedded,"),

@@ -41,6 +41,9 @@ class DocumentFilter:
     def __call__(self, document: Document) -> list[Document]:
         """The document's kept parts: [] if dropped, several if it was cut for length."""
         self.counts["documents_read"] += 1
+        if not document:  # a record without text (cramming.data.source_base.split_records)
+            self.counts["dropped_no_text"] += 1
+            return []
         text = "\n".join(document)  # one string, so every check below is a single pass in C
         chars = len(text) - len(document) + 1
         if chars < self.cfg.min_chars or text.isspace():

@@ -71,13 +71,18 @@ def special_kind(path: str) -> str:
     return next((kind for test, kind in kinds if test(mode)), "a special file")
 
 
+DEFLATE_MAX_RATIO = 1032  # no deflate stream expands more than this: a larger trailer is a damaged file's
+
+
 def text_size_bytes(path: str) -> int:
-    """Uncompressed size of a file; for .gz the trailer's ISIZE (exact below 4 GiB), else the file size."""
-    if path.endswith(".gz"):
+    """Uncompressed size of a file; for .gz the trailer's ISIZE (exact below 4 GiB; bounded by what deflate can
+    expand to, as a truncated file's trailer is any 4 bytes), else the file size."""
+    size = os.path.getsize(path)
+    if path.endswith(".gz") and size >= 4:
         with open(path, "rb") as handle:
             handle.seek(-4, os.SEEK_END)
-            return struct.unpack("<I", handle.read(4))[0]
-    return os.path.getsize(path)
+            return min(struct.unpack("<I", handle.read(4))[0], DEFLATE_MAX_RATIO * size)
+    return size
 
 
 class LocalSource(Source):

@@ -25,6 +25,7 @@ from tokenizers import Tokenizer
 
 from cramming.data import store
 from cramming.data.config import DataBaseConfig
+from cramming.data.first_look import FirstLook, data_problems
 from cramming.data.filters import DocumentFilter, median_tokens_per_char, trash_cutoff
 from cramming.data.mixture import Mixture
 from cramming.data.ordering import row_order, sentence_end_ids
@@ -42,6 +43,37 @@ ENCODES_IN_FLIGHT = 2
 
 
 VERIFIED: set[Path] = set()  # cached datasets whose hashes this process has checked
+LOOKED: dict[Path, FirstLook] = {}  # datasets to prepare whose files and first records this process has judged
+
+
+def look_once(cfg: DataBaseConfig, source: Source, final_dir: Path) -> FirstLook:
+    """data_problems for the dataset that will be built in `final_dir`, once a process (the start's check and
+    the preparation after it share it)."""
+    if final_dir not in LOOKED:
+        LOOKED[final_dir] = data_problems(cfg, source)
+    return LOOKED[final_dir]
+
+
+def first_look_before_preparing(cfg: DataBaseConfig, cache_dir: str) -> FirstLook | None:
+    """look_once where the run will prepare its data; None where the cache holds it, or where only reading the
+    network would tell (a hub corpus, a pretrained tokenizer: preflight=true reads their first records)."""
+    source = source_from_config(cfg)
+    if source.kind == "hub" or cfg.tokenizer.kind == "pretrained":
+        return None
+    final_dir = store.dataset_dir(cache_dir, cfg, store.cache_key(cfg, source.fingerprint()))
+    if (final_dir / store.META_FILE).exists():
+        return None
+    return look_once(cfg, source, final_dir)
+
+
+def cached_tokenizer(cfg: DataBaseConfig, cache_dir: str) -> Path | None:
+    """The tokenizer.json of the prepared dataset of `cfg` where the cache holds it (None otherwise, and where only
+    the network would tell: a hub corpus, a pretrained tokenizer)."""
+    source = source_from_config(cfg)
+    if source.kind == "hub" or cfg.tokenizer.kind == "pretrained":
+        return None
+    final_dir = store.dataset_dir(cache_dir, cfg, store.cache_key(cfg, source.fingerprint()))
+    return final_dir / store.TOKENIZER_FILE if (final_dir / store.META_FILE).exists() else None
 
 
 def prepare_dataset(cfg: DataBaseConfig, cache_dir: str, verify: bool = True) -> tuple[store.PreparedDataset, bool]:
@@ -70,6 +102,7 @@ def prepare_dataset(cfg: DataBaseConfig, cache_dir: str, verify: bool = True) ->
             shutil.rmtree(final_dir)
     elif final_dir.exists():
         shutil.rmtree(final_dir)  # no meta.json: never finished
+    look_once(cfg, source, final_dir)  # a corpus that would fail is refused before hours of reading
     final_dir.parent.mkdir(parents=True, exist_ok=True)
     store.remove_stale_builds(final_dir)
     tmp = store.temporary_dir(final_dir)
@@ -295,7 +328,7 @@ def _median_ratio(tokenizer, sample: TextBatch) -> float:
     return median_tokens_per_char(doc_tokens, np.asarray(sample.chars_per_doc))
 
 
-DROP_REASONS = ("too_short", "bad_bytes", "duplicate", "near_duplicate", "trash")
+DROP_REASONS = ("too_short", "bad_bytes", "duplicate", "near_duplicate", "trash", "no_text")
 
 
 def _dropped_summary(counts: Counter) -> str:

@@ -69,10 +69,10 @@ class Source(ABC):
 
 
 def split_records(batches: Iterable[dict], column: str, where: str) -> Iterator[Document]:
-    """Records (batches of columns) → documents: the text column, split into lines."""
+    """Records (batches of columns) → documents: the text column, split into lines; a record without text (null,
+    missing or empty) is an empty document, which the filter counts as dropped (no_text)."""
     for batch in batches:
         if column not in batch:
             raise CrammingError(f"{where}: no column {column!r} (columns: {', '.join(batch)}); set data.text_column")
         for text in batch[column]:
-            if text:
-                yield text.split("\n")
+            yield text.split("\n") if text else []

@@ -81,9 +81,9 @@ def test_a_branch_is_resolved_to_its_commit_which_both_passes_read_and_the_datas
     run, received, meta = prepare_from_hub(tmp_path, hub_rows, "data=wikipedia", "data.hub_revision=main",
                                            "data.max_documents=40")
     assert received[0] == {"dataset_info": "wikimedia/wikipedia", "revision": "main"}
-    loads = received[1:]  # the tokenizer's sample, then the main pass: both at the commit, not at "main"
+    loads = received[1:]  # the first look, the tokenizer's sample, the main pass: each at the commit, not at "main"
     assert loads == [{"load_dataset": ["wikimedia/wikipedia", "20231101.en"], "split": "train", "streaming": True,
-                      "revision": COMMIT}] * 2
+                      "revision": COMMIT}] * 3
     assert meta["hub"] == {"path": "wikimedia/wikipedia", "name": "20231101.en", "split": "train", "revision": "main",
                            "commit": COMMIT}
     assert (f"hub       wikimedia/wikipedia/20231101.en, split train, at commit {COMMIT} (data.hub_revision=main)"
@@ -95,7 +95,7 @@ def test_a_branch_is_resolved_to_its_commit_which_both_passes_read_and_the_datas
 def test_a_commit_is_used_as_given_and_keys_its_own_dataset(tmp_path, hub_rows):
     _, received, pinned = prepare_from_hub(tmp_path, hub_rows, "data=wikipedia", f"data.hub_revision={COMMIT}",
                                            "data.max_documents=40")
-    assert [call.get("revision") for call in received] == [COMMIT, COMMIT]  # no dataset_info call: nothing to resolve
+    assert [call.get("revision") for call in received] == [COMMIT] * 3  # no dataset_info call: nothing to resolve
     _, _, unpinned = prepare_from_hub(tmp_path, hub_rows, "data=wikipedia", "data.max_documents=40")
     assert pinned["sha256"] == unpinned["sha256"]  # the same text (the stand-in serves one)
     assert pinned["config"]["hub_revision"] == COMMIT and unpinned["config"]["hub_revision"] is None
@@ -106,7 +106,7 @@ def test_offline_without_a_revision_reads_as_before_and_says_the_commit_is_not_r
     run, received, meta = prepare_from_hub(tmp_path, hub_rows, "data=fineweb-edu", "data.max_documents=40",
                                            hub_answers=False)
     assert received == [{"load_dataset": ["HuggingFaceFW/fineweb-edu", "sample-10BT"], "split": "train",
-                         "streaming": True}] * 2  # no revision argument at all
+                         "streaming": True}] * 3  # no revision argument at all
     assert meta["hub"]["commit"] is None and meta["hub"]["revision"] is None
     assert "at commit" not in run.stdout and "commit not recorded: the hub did not answer (default branch)" in run.stdout
 

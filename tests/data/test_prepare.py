@@ -148,7 +148,8 @@ def test_meta_json_records_counts_hashes_and_config(cache_dir):
     meta = json.loads((dataset.path / store.META_FILE).read_text())
     assert meta["config"]["ordering"] == "frequency_curriculum"
     assert set(meta["sha256"]) == {"rows.bin", "order.npy", "token_counts.npy", "tokenizer.json"}
-    assert meta["documents"]["dropped"].keys() == {"too_short", "bad_bytes", "duplicate", "near_duplicate", "trash"}
+    assert meta["documents"]["dropped"].keys() == {"too_short", "bad_bytes", "duplicate", "near_duplicate", "trash",
+                                                    "no_text"}
     assert meta["megabytes_per_second"] > 0
 
 

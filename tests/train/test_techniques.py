@@ -277,9 +277,16 @@ def test_importance_sampling_records_each_rows_loss_and_returns_the_weighted_mea
 
 
 def test_a_teacher_with_another_tokenizer_is_refused(shared_cache, tmp_path, plain_run):
+    """Another vocabulary size is refused from the teacher's config.json; the same size from another tokenizer
+    (cased text here) once the data is prepared, before the run's folder exists."""
     other = STEPS + [f"output_dir={tmp_path}", "data.tokenizer.vocab_size=400", f"train.distill.teacher={plain_run}"]
-    with pytest.raises(CrammingError, match="was trained with another tokenizer than this dataset's"):
+    with pytest.raises(CrammingError, match="its vocabulary has 4096 tokens and this run's data.tokenizer.vocab_size="
+                                            "400: the teacher must share the student's tokenizer"):
         pretrain(compose_config(other))
+    cased = STEPS + [f"output_dir={tmp_path}", "data.normalize.lowercase=false", f"train.distill.teacher={plain_run}"]
+    with pytest.raises(CrammingError, match="was trained with another tokenizer than this dataset's"):
+        pretrain(compose_config(cased))
+    assert not any(tmp_path.iterdir())
 
 
 def test_the_distillation_term_is_the_softened_kl_divergence():

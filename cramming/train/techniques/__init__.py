@@ -8,12 +8,13 @@ changed by one (importance weights) is what the next (distillation) changes furt
 this order too (activation checkpointing before fp8's conversion); step wrappers stack in it.
 """
 
+import functools
 import logging
 
 import torch
 
 from cramming.data.stream import Microbatches, microbatch_stream
-from cramming.errors import CrammingError
+from cramming.errors import CrammingError, problems_of, raise_problems
 from cramming.train.optimizers import NAMES
 from cramming.train.techniques.activation_checkpointing import ActivationCheckpointing
 from cramming.train.techniques.base import RunContext, Technique
@@ -46,7 +47,7 @@ TECHNIQUES: tuple[type[Technique], ...] = (
     OffloadOptimizer,
 )
 
-__all__ = ["TECHNIQUES", "RunContext", "Technique", "build_techniques", "check_on_device", "check_techniques",
+__all__ = ["TECHNIQUES", "RunContext", "Technique", "build_techniques", "check_on_device", "check_technique_inputs", "check_techniques",
            "data_stream", "extra_memory", "microbatch_key", "optimizer_state_parts", "prepare_model",
            "variant_overrides", "wrap_optimizer", "wrap_step"]
 
@@ -60,6 +61,12 @@ def check_techniques(cfg) -> None:
         for other, why in technique.conflicts.items():
             if other in enabled:
                 raise CrammingError(f"{technique.label} and {other} {why}")
+
+
+def check_technique_inputs(cfg) -> None:
+    """The enabled techniques' inputs on disk against this run's config, every problem."""
+    raise_problems(problems_of(*[functools.partial(technique.check_inputs, cfg) for technique in TECHNIQUES
+                                 if technique.enabled(cfg)]))
 
 
 def check_on_device(cfg, device: torch.device, compiled: bool, precision: str, world_size: int) -> None:

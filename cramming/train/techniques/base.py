@@ -63,6 +63,11 @@ class Technique(Callback):
         """Raise CrammingError naming the first value out of its domain (called whether enabled or not)."""
 
     @staticmethod
+    def check_inputs(cfg) -> None:
+        """Raise CrammingError where what it reads from disk (a teacher, a ticket) does not fit this run: called, if
+        enabled, at the start, before any data is prepared (so the run's own data may not exist yet)."""
+
+    @staticmethod
     def check_on_device(cfg, run: RunContext) -> None:
         """Raise CrammingError where it cannot run with these settings (called first of all set-up, if enabled)."""
 

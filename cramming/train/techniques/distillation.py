@@ -16,10 +16,12 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from omegaconf import OmegaConf
+from tokenizers import Tokenizer
 
 from cramming.data.mlm import IGNORE_INDEX, labels_at_logits, logits_at_masks
 from cramming.errors import CrammingError, require
-from cramming.model.checkpoint import WEIGHTS_NAME, load_pretrained
+from cramming.model.checkpoint import WEIGHTS_NAME, load_pretrained, read_config, read_tokenizer
 from cramming.model.crammed_bert import CrammedForMaskedLM
 from cramming.plugin_keys import Setting
 from cramming.runs import resolve_checkpoint
@@ -68,6 +70,29 @@ class Distillation(Technique):
             (0 <= distill.alpha <= 1, f"train.distill.alpha={distill.alpha} must be in [0, 1]"),
             (distill.temperature > 0, f"train.distill.temperature={distill.temperature} must be positive"),
         ])
+
+    @staticmethod
+    def check_inputs(cfg) -> None:
+        """A masked-LM teacher whose vocabulary is this run's: its size from its config.json, its tokens from the
+        prepared dataset's tokenizer where the cache holds it (else once the data is prepared: on_train_start)."""
+        from cramming.data.prepare import cached_tokenizer  # the data pipeline's imports, for this check only
+
+        key = f"train.distill.teacher={cfg.train.distill.teacher}"
+        teacher = resolve_checkpoint(cfg.train.distill.teacher, Path(cfg.output_dir) / cfg.name,
+                                     key="train.distill.teacher")
+        meta, _ = read_config(teacher)
+        if meta["task"] != "masked-lm":
+            raise CrammingError(f"{key} is a classifier, not a masked-LM model")
+        tokenizer = cfg.data.tokenizer
+        if tokenizer.kind != "pretrained" and meta["vocab_size"] != tokenizer.vocab_size:
+            raise CrammingError(f"{key}: its vocabulary has {meta['vocab_size']} tokens and this run's "
+                                f"data.tokenizer.vocab_size={tokenizer.vocab_size}: the teacher must share the "
+                                "student's tokenizer; distill on the data the teacher was pretrained on")
+        ours = cached_tokenizer(OmegaConf.to_object(cfg.data) if OmegaConf.is_config(cfg.data) else cfg.data,
+                                str(cfg.cache_dir))
+        if ours is not None and Tokenizer.from_file(str(ours)).get_vocab() != read_tokenizer(teacher).get_vocab():
+            raise CrammingError(f"{key} was trained with another tokenizer than this dataset's: distill on the data "
+                                "the teacher was pretrained on")
 
     @classmethod
     def build(cls, cfg, run: RunContext) -> "Distillation":

@@ -144,6 +144,12 @@ class Sparsity(Technique):
             (sparsity.update_every >= 1, f"train.sparsity.update_every={sparsity.update_every} must be at least 1"),
         ])
 
+    @staticmethod
+    def check_inputs(cfg) -> None:
+        """method=lottery: the dense run's config against this one (lottery_ticket)."""
+        if cfg.train.sparsity.method == "lottery":
+            lottery_ticket(cfg)
+
     @classmethod
     def build(cls, cfg, run: RunContext) -> "Sparsity":
         sparsity = cfg.train.sparsity
@@ -253,6 +259,10 @@ def lottery_ticket(cfg) -> tuple[Path, Path | None]:
     if as_model_config(dense.arch) != as_model_config(cfg.arch):
         raise CrammingError(f"train.sparsity.ticket={sparsity.ticket}: that run's arch differs from this one's: "
                             "the ticket must be drawn from the same architecture")
+    if dense.data.tokenizer.vocab_size != cfg.data.tokenizer.vocab_size:
+        raise CrammingError(f"train.sparsity.ticket={sparsity.ticket}: that run's data.tokenizer.vocab_size="
+                            f"{dense.data.tokenizer.vocab_size} differs from this one's ({cfg.data.tokenizer.vocab_size}),"
+                            " so its embedding has another shape: the ticket must be drawn from the same vocabulary")
     if sparsity.rewind is None:
         if dense.train.seed != cfg.train.seed:
             raise CrammingError(f"train.sparsity.ticket={sparsity.ticket}: that run's train.seed={dense.train.seed} "

@@ -59,7 +59,7 @@ class PretrainConfig:
         techniques': every problem."""
         problems = problems_of(
             lambda: check_data_config(self.data), self._check_top_level, self.train.check, self.impl.check,
-            self._check_across_parts, self.checkpoint.check, self.logging.check, self.wandb.check,
+            self._check_microbatch, self._check_across_parts, self.checkpoint.check, self.logging.check, self.wandb.check,
             *([self._check_eval] if self.eval is not None else []))
         raise_problems(problems or problems_of(lambda: check_techniques(self)))
 
@@ -87,6 +87,12 @@ class PretrainConfig:
             (train.validation.early_stop_fraction is None or self.data.validation_rows > 0,
              "train.validation.early_stop_* needs a validation slice: data.validation_rows is 0"),
         ])
+
+    def _check_microbatch(self) -> None:
+        microbatch, batch = self.impl.microbatch_size, self.train.batch_size
+        require([(microbatch is None or batch < 1 or microbatch <= batch,
+                  f"impl.microbatch_size={microbatch} exceeds train.batch_size={batch}: a step would train more "
+                  "sequences than its batch; make the microbatch at most the batch")])
 
     def _check_eval(self) -> None:
         check_glue_config(as_glue_config(self.eval))

@@ -130,7 +130,8 @@ def test_training_and_evaluation_do_not_import_each_other():
 # validation, techniques), the model (its forward) and the data (a batch's production).
 NOT_THE_STEP = ("cramming/model/", "cramming/data/", "cramming/files.py", "cramming/train/reporting.py",
                 "cramming/train/checkpointing.py", "cramming/train/validation.py", "cramming/train/plots.py",
-                "cramming/train/telemetry.py", "cramming/train/summary.py", "cramming/train/techniques/")
+                "cramming/train/telemetry.py", "cramming/train/summary.py", "cramming/train/data_repeats.py",
+                "cramming/train/techniques/")
 
 
 def test_a_pretraining_step_reads_in_six_files(tmp_path, monkeypatch):

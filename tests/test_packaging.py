@@ -19,7 +19,7 @@ from tests.train.runs import NO_PROBE
 # others, defining no function or class) and the command modules of cramming/cli (each the wiring of one
 # command) are exempt from the lower bound.
 MIN_MODULE_LINES = 25
-MAX_TRAIN_FILES = 30  # cramming/train/ and its techniques: a trainer a newcomer can survey
+MAX_TRAIN_FILES = 31  # cramming/train/ and its techniques: a trainer a newcomer can survey
 MAX_SCRIPT_LINES = 60
 
 

@@ -12,6 +12,7 @@ crammed-bert ones load with AutoModelForMaskedLM.from_pretrained(out, trust_remo
 """
 
 import json
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ class ExportConfig:
     quantize: Optional[str] = None
     quantize_eval_task: Optional[str] = None  # a GLUE task: score the classifier before and after quantizing
     glue_dir: Optional[str] = None  # for quantize_eval_task: the classic GLUE TSV layout; null: the hub
+    overwrite: bool = False  # true: a non-empty `out` is emptied first (false: refused, never mixed with the export)
 
     def check(self) -> None:
         """Every setting and what it will need (the GLUE task's files, a Hub login), before any export work."""
@@ -79,6 +81,7 @@ def main(cfg: ExportConfig) -> None:
     if cfg.quantize is not None:
         return _quantize(cfg)
     checkpoint = resolve_checkpoint(cfg.ckpt, cfg.runs_dir, key="ckpt")
+    empty_out(Path(cfg.out), checkpoint, cfg.overwrite)
     # after the checkpoint is found: transformers takes seconds to import, and a missing ckpt is one line without it
     from cramming.model.export import export_to_transformers
 
@@ -89,6 +92,21 @@ def main(cfg: ExportConfig) -> None:
 
         check_loadable(Path(cfg.out))
         print(f"uploaded to {push_to_hub(Path(cfg.out), cfg.push_to_hub)}")
+
+
+def empty_out(out: Path, source: Path, overwrite: bool) -> None:
+    """`out` new or empty before the export writes it: a non-empty one is refused, as its files would mix with
+    the export's, unless overwrite=true, which empties it; a folder holding `source` never is."""
+    out, source = out.expanduser(), Path(source).expanduser()
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if out.resolve() == source.resolve() or out.resolve() in source.resolve().parents:
+        raise CrammingError(f"export into the checkpoint directory itself ({source}): choose another")
+    if not overwrite:
+        entries = sum(1 for _ in out.iterdir())
+        raise CrammingError(f"out={out} is not empty (it holds {entries} file(s) or folder(s)): the export would mix "
+                            "with them; choose a new or empty folder, or add overwrite=true to replace what is there")
+    shutil.rmtree(out)
 
 
 def _quantize(cfg: ExportConfig) -> None:
@@ -104,6 +122,7 @@ def _quantize(cfg: ExportConfig) -> None:
             given = resolve_checkpoint(cfg.ckpt, cfg.runs_dir, key="ckpt")
             source = Path(temporary) / "fp32"
             export_to_transformers(given, source)
+        empty_out(Path(cfg.out), given, cfg.overwrite)  # (a folder as `ckpt` is exported to a temporary one)
         if cfg.quantize_eval_task and auto_class(source).__name__.endswith("MaskedLM"):  # before any int8 work
             found = f" ({given})" if given != Path(cfg.ckpt).expanduser() else ""
             raise CrammingError(f"quantize_eval_task={cfg.quantize_eval_task}: ckpt={cfg.ckpt}{found} is not a "

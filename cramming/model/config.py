@@ -69,6 +69,10 @@ def as_model_config(cfg: Any) -> ModelConfig:
     return cfg
 
 
+RECIPE_INIT_STD = 0.02  # N(0, 0.02), every architecture's default
+MAX_INIT_STD = 10 * RECIPE_INIT_STD
+
+
 def check_model_config(cfg: ModelConfig) -> None:
     """Reject values that cannot build a model, with a one-line reason."""
     for key in ("num_layers", "hidden_size", "num_heads", "intermediate_size", "max_position_embeddings",
@@ -107,7 +111,9 @@ def check_model_config(cfg: ModelConfig) -> None:
             raise CrammingError(f"arch.{key}={getattr(cfg, key)} has no effect without {setting}")
     if not 0.0 <= cfg.dropout < 1.0:
         raise CrammingError(f"arch.dropout must be in [0, 1), got {cfg.dropout}")
-    if not cfg.init_std > 0.0:
-        raise CrammingError(f"arch.init_std must be positive, got {cfg.init_std}")
+    if not 0.0 < cfg.init_std <= MAX_INIT_STD:
+        far = (f" ({cfg.init_std / RECIPE_INIT_STD:g}x the recipe's {RECIPE_INIT_STD}: the first logits are so large "
+               f"that the loss starts near the tens and stays there)" if cfg.init_std > MAX_INIT_STD else "")
+        raise CrammingError(f"arch.init_std must be positive and at most {MAX_INIT_STD}, got {cfg.init_std}{far}")
     if not cfg.norm_eps > 0.0:
         raise CrammingError(f"arch.norm_eps must be positive, got {cfg.norm_eps}")

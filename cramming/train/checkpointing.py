@@ -217,7 +217,9 @@ class Checkpointer(Callback):
     name = "checkpointer"
 
     def __init__(self, checkpoint_cfg, tokenizer, scaler: torch.amp.GradScaler, fingerprint: dict,
-                 callbacks: CallbackList, is_main: bool, provenance: dict, last_good: Path | None = None):
+                 callbacks: CallbackList, is_main: bool, provenance: dict, last_good: Path | None = None,
+                 progress: str = "budget"):
+        self.finished = "max_steps" if progress == "steps" else "budget"  # the stop reason of a run trained to its end
         self.interval_s = checkpoint_cfg.interval_minutes * 60
         self.keep_last = checkpoint_cfg.keep_last
         self.keep_at = sorted(checkpoint_cfg.keep_at)  # progress fractions still to keep a checkpoint at
@@ -250,7 +252,19 @@ class Checkpointer(Callback):
             self.save(state, step_name(state.progress.step))
 
     def on_train_end(self, state: TrainState, reason: str) -> None:
-        """`final` when training is done; a step checkpoint to resume from when a signal stopped it."""
+        """`final` when training is done; a step checkpoint to resume from when a signal stopped it. A keep_at
+        fraction no step began at or after (the last steps are long) is kept from the end of a finished run, and
+        said to be missing from a run that stopped early."""
+        if self.keep_at and reason == self.finished:
+            for fraction in self.keep_at:
+                kept = f"at-{fraction:g}-{step_name(state.progress.step)}"
+                log.warning("checkpoint.keep_at %g: no step began at or after it (the last began at %.1f%% of "
+                            "training): kept the final weights as %s", fraction, 100 * state.fraction, kept)
+                self.save(state, kept)
+        elif self.keep_at and reason != "interrupted":
+            log.warning("checkpoint.keep_at %s: not reached; the run stopped early (%s)",
+                        ", ".join(f"{fraction:g}" for fraction in self.keep_at), reason)
+        self.keep_at = []
         self.save(state, step_name(state.progress.step) if reason == "interrupted" else FINAL)
 
     def discard_unconfirmed(self) -> None:

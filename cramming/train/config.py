@@ -18,6 +18,7 @@ from cramming.train.optimizers import NAMES, OPTIMIZERS
 from cramming.train.techniques import TECHNIQUES
 
 WANDB_MODES = ("disabled", "offline", "online")
+WANDB_FORBIDDEN = "/\\#?%:"  # characters W&B refuses in a project name (it allows at most 128 characters)
 
 
 def with_plugin_keys(schema: type, section: str) -> type:
@@ -228,7 +229,11 @@ class WandbConfig:
 
     def check(self) -> None:
         """Rejected before any work is done, not after data preparation."""
-        require([(self.mode in WANDB_MODES, f"wandb.mode={self.mode!r} must be one of {', '.join(WANDB_MODES)}")])
+        forbidden = sorted(set(self.project) & set(WANDB_FORBIDDEN))
+        require([(self.mode in WANDB_MODES, f"wandb.mode={self.mode!r} must be one of {', '.join(WANDB_MODES)}"),
+                 (0 < len(self.project) <= 128 and not forbidden,
+                  f"wandb.project={self.project!r} is not a W&B project name: 1 to 128 characters, none of "
+                  f"{' '.join(WANDB_FORBIDDEN)}{f' (it has {forbidden[0]})' if forbidden else ''}")])
 
 
 ConfigStore.instance().store(group="train", name="schema", node=TrainConfig)

@@ -150,7 +150,7 @@ def choose_microbatch(cfg, settings: Settings, dist: Distributed, model: torch.n
     """The microbatch size and where it came from, before the clock starts (the search is outside the budget).
 
     impl.microbatch_size when set; else a resumed run's checkpoint's (its fingerprint must match); else on
-    the CPU the profile's; else on a GPU the largest power of two that fits, searched upward from the
+    the CPU the profile's, at most this rank's share of train.batch_size; else on a GPU the largest power of two that fits, searched upward from the
     profile's microbatch_size and cached per GPU, architecture, sequence length and precision.
     technique_bytes: what the techniques hold beside a plain step (cramming.train.techniques.extra_memory).
     """
@@ -158,7 +158,10 @@ def choose_microbatch(cfg, settings: Settings, dist: Distributed, model: torch.n
         return settings, "impl.microbatch_size"
     if saved is not None:
         return dataclasses.replace(settings, microbatch_size=saved["fingerprint"]["microbatch_size"]), "checkpoint"
-    if settings.device.type == "cpu":
+    if settings.device.type == "cpu":  # never more than this rank's share of a step (train.batch_size)
+        limit = max(cfg.train.batch_size // dist.world_size, 1)
+        if settings.profile.microbatch_size > limit:
+            return dataclasses.replace(settings, microbatch_size=limit), "cpu profile, capped at train.batch_size"
         return dataclasses.replace(settings, microbatch_size=settings.profile.microbatch_size), "cpu profile"
     chosen = None
     if dist.is_main:

@@ -81,9 +81,8 @@ class WandbLogger:
                 config=OmegaConf.to_container(cfg, resolve=True),
             )
         except wandb.errors.Error as error:  # no API key, no network, no such entity
-            raise CrammingError(
-                f"wandb={mode}: W&B did not start ({error}); run `wandb login`, or use wandb=offline"
-            ) from None
+            advice = "; run `wandb login`, or use wandb=offline" if mode == "online" else ""
+            raise CrammingError(f"wandb={mode}: W&B did not start ({error}){advice}") from None
 
     def log(self, record: dict) -> None:
         if self.run is not None:

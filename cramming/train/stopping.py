@@ -14,6 +14,7 @@ applied (the optimizer skips them on the device: cramming.gradient_step).
 
 import contextlib
 import logging
+import math
 import os
 import signal
 import sys
@@ -99,11 +100,26 @@ class BudgetClock:
 def time_source(progress) -> Callable[[], float]:
     """time.perf_counter; with CRAMMING_SIMULATED_MICROBATCH_SECONDS=<s>, s seconds per microbatch trained
     (progress.microbatches, which counts this rank's microbatches including those before a resume)."""
-    seconds = os.environ.get(SIMULATED_SECONDS_ENV)
-    if not seconds:
+    per_microbatch = simulated_microbatch_seconds()
+    if per_microbatch is None:
         return time.perf_counter
-    per_microbatch = float(seconds)
     return lambda: progress.microbatches * per_microbatch
+
+
+def simulated_microbatch_seconds() -> float | None:
+    """CRAMMING_SIMULATED_MICROBATCH_SECONDS as a number of seconds (None: unset or empty); anything else is a
+    CrammingError naming it."""
+    text = os.environ.get(SIMULATED_SECONDS_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise CrammingError(f"{SIMULATED_SECONDS_ENV}={text!r} must be a positive number of seconds (e.g. 0.5), "
+                            "or unset for the wall clock")
+    return seconds
 
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -344,17 +360,9 @@ def _skipped_message(first: int, last: int, loss: int, gradient: int, in_a_row: 
     return f"steps {first}-{last}: {skipped} skipped ({causes}), {in_a_row} in a row at step {last}"
 
 
-SUSPECT_INIT_STD = 0.2  # ten times the recipe's N(0, 0.02): the logits overflow within the first steps
-RECIPE_INIT_STD = 0.02
-
-
-def resume_advice(last_good: Path | None, cfg) -> str:
-    """An init far above the recipe's is blamed first (a lower lr cannot save it); otherwise the learning
-    rate: from the last good checkpoint with a lower one, or from the start."""
-    init_std = getattr(cfg.arch, "init_std", None)
-    if init_std is not None and init_std >= SUSPECT_INIT_STD:
-        return (f"arch.init_std={init_std:g} is far above the recipe's {RECIPE_INIT_STD} and the likely cause: "
-                "start again with a smaller arch.init_std")
+def resume_advice(last_good: Path | None) -> str:
+    """The learning rate is blamed (an init far above the recipe's is refused before training: arch.init_std):
+    go on from the last good checkpoint with a lower one, or start again with one."""
     if last_good is None:
         return "no checkpoint was written before it diverged: start again with a lower train.optim.lr"
     return (f"the last good checkpoint is {last_good}; to go on from it with a lower learning rate, run the same "

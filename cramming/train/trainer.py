@@ -44,8 +44,9 @@ from cramming.train.settings import Settings, device_profile, resolve_settings
 from cramming.train.stopping import (BudgetClock, Interrupted, LocalAgreement, NonFiniteLossError, NonFiniteSteps,
                                      Progress, StoppingRule, agreement as rank_agreement, resume_advice, time_source)
 from cramming.train.summary import RunFacts, leave_record, peak_memory_gb
-from cramming.train.techniques import (RunContext, Technique, build_techniques, data_stream, extra_memory,
-                                       prepare_model, wrap_optimizer, wrap_step)
+from cramming.train.data_repeats import DataRepeats
+from cramming.train.techniques import (RunContext, Technique, build_techniques, check_technique_inputs, data_stream,
+                                       extra_memory, prepare_model, wrap_optimizer, wrap_step)
 from cramming.train.telemetry import TelemetrySampler
 from cramming.train.validation import Validation
 
@@ -129,6 +130,15 @@ class Run:
                 f"{format_duration(self.wall_budget)} wall")
 
 
+def _data_repeats(cfg, training_rows: int, sequences: int, schedule: Schedule) -> DataRepeats:
+    """The data-repeat notice, with the whole run's microbatches where the plan fixes them (train.progress=steps)."""
+    planned = None
+    if cfg.train.progress == "steps":
+        planned = sum(schedule.accumulate(step / cfg.train.max_steps) for step in range(cfg.train.max_steps))
+    setting = f"data.max_tokens={cfg.data.max_tokens}" if cfg.data.max_tokens is not None else "the whole corpus"
+    return DataRepeats(training_rows, sequences, planned, setting)
+
+
 def build_run(cfg, dist: Distributed, start: RunStart) -> Run:
     """Set-up, outside the budget: settings and techniques, the prepared data (before any collective), the
     model, the optimizer, the microbatch, a resume, the run directory (its config.yaml recorded)."""
@@ -142,6 +152,7 @@ def build_run(cfg, dist: Distributed, start: RunStart) -> Run:
     dataset = _prepared_dataset(cfg, handoff)  # before the collective part: it may take hours
     dist.join(settings.device)
     handoff.remove()
+    check_technique_inputs(cfg)  # again on the data now prepared (a teacher's tokenizer), before the run folder exists
     vocab_size, seq_length = dataset.meta["vocab_size"], dataset.seq_length
     tokenizer = as_transformers_tokenizer(load_tokenizer(dataset.tokenizer_path), seq_length)
 
@@ -206,12 +217,13 @@ def train_run(run: Run, callbacks: list[Callback], zero_shot: Callable | None, s
     schedule = Schedule(cfg.train, sequences)
     agreement = rank_agreement(stopping, dist, cfg.train.check_nonfinite_every, settings.device, schedule.accumulate)
     validation = _validation(cfg, dataset, tokenizer, settings, dist, agreement, zero_shot)
+    repeats = [_data_repeats(cfg, len(microbatches.rows), sequences, schedule)] if dist.is_main else []
     # techniques, then the validation curve, then the record of both; their state rides in checkpoints
-    recorded = CallbackList([*techniques, *callbacks, *validation, *([logger] if logger else [])])
+    recorded = CallbackList([*techniques, *callbacks, *validation, *repeats, *([logger] if logger else [])])
     if run.saved:
         recorded.load_state_dict(run.saved.get("callbacks", {}))
     checkpointer = Checkpointer(cfg.checkpoint, tokenizer, run.scaler, run.fingerprint, recorded, dist.is_main,
-                                run.provenance, last_good=run.checkpoint)
+                                run.provenance, last_good=run.checkpoint, progress=cfg.train.progress)
     heartbeat = [Heartbeat(run_dir)] if dist.is_main else []
     plots = [PlotRefresh(lambda: checkpointer.newest)] if dist.is_main else []  # after the checkpointer
     bar = [ProgressBar(logger, stopping)] if dist.is_main and use_bar(cfg.logging.progress) else []
@@ -236,7 +248,7 @@ def train_run(run: Run, callbacks: list[Callback], zero_shot: Callable | None, s
             except (NonFiniteLossError, NonFiniteWeightsError) as error:
                 stop_reason = "non-finite"
                 checkpointer.discard_unconfirmed()
-                raise type(error)(f"{error}; {resume_advice(checkpointer.last_good, cfg)}") from None
+                raise type(error)(f"{error}; {resume_advice(checkpointer.last_good)}") from None
             except KeyboardInterrupt:
                 stop_reason = "interrupted"
                 raise

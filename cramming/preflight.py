@@ -1,18 +1,22 @@
 """A pretraining run checked whole before any data, device or output work, and `preflight=true`.
 
 `check_run` is one pass over the composed config and over what the run will ask of the machine: every section's
-values (the end-of-run GLUE's included), the device, the budget and its scaling, the W&B login, the GLUE files the
-end of the run reads, and the disk for the prepared data and the checkpoints. It lists every problem it finds, not
-only the first. pretrain.py runs it before anything else, as do each job of a -m sweep before the first trains,
-scripts/ablate.py for every run of a sweep, and scripts/launch.py before torchrun starts a process.
+values, the environment's CRAMMING_SIMULATED_MICROBATCH_SECONDS, the device, the budget and its scaling, the W&B
+login, the techniques' inputs on disk (a teacher, a ticket), the data the run will prepare (its files and first
+records: cramming.data.first_look), the end-of-run evaluation by the code that will run it (cramming.eval.start,
+and its tasks' files), and the disk for the prepared data and the checkpoints. It lists every problem it finds,
+not only the first. pretrain.py runs it before anything else, as do each job of a -m sweep before the first
+trains, scripts/ablate.py for every run of a sweep, and scripts/launch.py before torchrun starts a process.
 
-`preflight` (pretrain.py ... preflight=true) runs that pass, then what only trying shows: the first records of
-the data source, one microbatch forward and backward of the real model on the real device at the planned size
-(compiled where the run compiles), and the plan: budget and end time, tokens and steps, checkpoints and their
-disk, and what runs at the end. Exit 0 when the run would start cleanly, 2 with every problem listed.
+`preflight` (pretrain.py ... preflight=true) runs that pass, then what only trying shows: a hub corpus's first
+records, one microbatch forward and backward of the real model on the real device at the planned size (compiled
+where the run compiles), and the plan: budget and end time, tokens and steps, passes over the data, checkpoints
+and their disk, and what runs at the end. Exit 2 with every problem listed; else 0, saying "cleanly" only when
+nothing is left unchecked and nothing to warn of, and otherwise listing what it could not check and its warnings.
 """
 
 import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -25,12 +29,14 @@ from omegaconf import OmegaConf
 
 from cramming.errors import CrammingError, problems_of, raise_problems, size_text
 from cramming.hardware import budget_seconds
+from cramming.train.data_repeats import MANY_EPOCHS
+from cramming.train.stopping import simulated_microbatch_seconds
+from cramming.train.techniques import check_technique_inputs
 
 log = logging.getLogger("pretrain")
 
 BYTES_PER_TOKEN = 2  # the prepared dataset stores uint16 token ids
 CHARACTERS_PER_TOKEN = 4  # English text with a 32k WordPiece or BPE vocabulary: about 4 to 4.7
-FIRST_RECORDS = 3  # documents the preflight reads from the data source
 HUB_OFFLINE = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
 
 
@@ -39,11 +45,39 @@ def run_problems(cfg) -> list[str]:
     from cramming.pretraining import check_pretrain_config
 
     main = int(os.environ.get("RANK", "0")) == 0  # only rank 0 runs GLUE at the end and writes to disk
-    problems = problems_of(lambda: check_pretrain_config(cfg),
-                           lambda: check_wandb_login(cfg.wandb.mode), *([lambda: check_glue_data(cfg.eval)] * main))
-    if problems:  # the device and the disk need a config whose values are right
+    problems = problems_of(lambda: check_pretrain_config(cfg), simulated_microbatch_seconds,
+                           lambda: check_wandb_login(cfg.wandb.mode), *([lambda: check_end_of_run(cfg)] * main))
+    if problems:  # the device, the data and the disk need a config whose values are right
         return problems
-    return problems_of(lambda: device_and_budget(cfg), *([lambda: check_disk(disk_needs(cfg))] * main))
+    return problems_of(lambda: device_and_budget(cfg), lambda: check_technique_inputs(cfg),
+                       *([lambda: look_at_data(cfg)] * main),
+                       *([lambda: check_disk(disk_needs(cfg))] * main))
+
+
+def look_at_data(cfg, hub: bool = False) -> list[str]:
+    """Data the run will prepare, judged before it is (cramming.data.first_look): its files and what the
+    filters and the vocabulary keep of its first records; with hub=True (preflight) also a hub corpus's or a
+    pretrained tokenizer's, which only the network tells. Returns what could not be judged."""
+    from cramming.data.first_look import data_problems
+    from cramming.data.prepare import first_look_before_preparing
+    from cramming.data.sources import source_from_config
+
+    data = OmegaConf.to_object(cfg.data) if OmegaConf.is_config(cfg.data) else cfg.data
+    source = source_from_config(data)
+    if source.kind == "hub" or data.tokenizer.kind == "pretrained":
+        if not hub:
+            return []
+        try:
+            look = data_problems(data, source)
+        except CrammingError:
+            raise
+        except Exception as error:  # the hub unreachable: the library's own words
+            raise CrammingError(f"data: the source's first records could not be read ({type(error).__name__}: "
+                                f"{str(error).splitlines()[0] if str(error) else ''})") from None
+        beyond = [] if look.whole_source else ["the hub corpus beyond its first records: read as it is prepared"]
+        return [*look.notes, *beyond]
+    look = first_look_before_preparing(data, str(cfg.cache_dir))
+    return [] if look is None else look.notes
 
 
 def check_run(cfg) -> None:
@@ -82,6 +116,20 @@ def check_wandb_login(mode: str) -> None:
                             "`wandb login` first, or use wandb=offline and `wandb sync` later")
 
 
+def check_end_of_run(cfg) -> None:
+    """eval=glue: every key the end-of-run evaluation reads, by the code that will read it (its device and
+    precision on this machine, LoRA's layers and eval.max_length against the model `arch` builds, the baseline
+    file, the tasks' files)."""
+    if cfg.eval is None:
+        return
+    from cramming.eval.start import check_glue_after_pretraining
+    from cramming.eval.tasks.registry import as_glue_config
+
+    eval_cfg = as_glue_config(cfg.eval)
+    raise_problems(problems_of(lambda: check_glue_after_pretraining(eval_cfg, cfg.arch, cfg.data.tokenizer.vocab_size),
+                               lambda: check_glue_data(eval_cfg)))
+
+
 def check_glue_data(eval_cfg, folder_key: str = "eval.data_dir") -> None:
     """eval=glue: the tasks' files read now from eval.data_dir (a file that would stop the end of the run stops
     its start; a task without files is said now and skipped then), or downloads allowed where it is null."""
@@ -107,6 +155,7 @@ class DiskNeed:
     what: str  # e.g. "4 checkpoints of 1.44 GB"
     where: Path
     bytes: int | None  # None: not known before the data is read
+    tokens: float | None = None  # the prepared dataset's tokens (estimated where it is not prepared yet)
 
 
 def disk_needs(cfg) -> list[DiskNeed]:
@@ -127,7 +176,8 @@ def _dataset_need(cfg) -> DiskNeed:
         return DiskNeed("the prepared dataset (a hub corpus: size unknown until read)", where, None)
     final_dir = store.dataset_dir(str(where), data, store.cache_key(data, source.fingerprint()))
     if (final_dir / store.META_FILE).exists():
-        return DiskNeed("the prepared dataset (cached)", where, 0)
+        meta = json.loads((final_dir / store.META_FILE).read_text())
+        return DiskNeed("the prepared dataset (cached)", where, 0, meta["tokens_packed"])
     text = source.total_bytes()
     if text is None:
         return DiskNeed("the prepared dataset (size unknown until read)", where, None)
@@ -135,7 +185,7 @@ def _dataset_need(cfg) -> DiskNeed:
     if data.max_tokens is not None:
         tokens = min(tokens, data.max_tokens)
     return DiskNeed(f"the prepared dataset (about {size_text(tokens, '')} tokens from {size_text(text)} of text)",
-                    where, int(tokens * BYTES_PER_TOKEN))
+                    where, int(tokens * BYTES_PER_TOKEN), tokens)
 
 
 def _checkpoints_need(cfg) -> DiskNeed:
@@ -184,8 +234,11 @@ def preflight(cfg) -> int:
     """Everything check_run checks, the data source's first records, one microbatch forward and backward, and
     the plan (printed); 0 when the run would start cleanly, 2 after listing every problem."""
     started = time.perf_counter()
-    problems = run_problems(cfg)
-    problems += problems_of(lambda: _first_records(cfg))
+    problems, unchecked = run_problems(cfg), []
+    if not problems:  # (a local corpus was looked at by run_problems: its notes are kept from then)
+        problems = problems_of(lambda: unchecked.extend(look_at_data(cfg, hub=True)))
+    if cfg.eval is not None and cfg.eval.data_dir is None:
+        unchecked.append("GLUE's tasks from the hub (eval.data_dir=null): downloaded at the end of the run")
     trial, tried = None, not problems  # a model built from a config with problems would fail for their reasons
     try:
         settings, seconds = device_and_budget(cfg)
@@ -209,27 +262,18 @@ def preflight(cfg) -> int:
         for number, problem in enumerate(problems, 1):
             print(f"  {number}. {problem}")
         return 2
-    print(f"preflight: the run would start cleanly (checked in {time.perf_counter() - started:.1f} s)")
+    passes = data_passes(_expected(cfg, trial, seconds)[0], needs) if trial and seconds else None
+    notes = [f"the data repeats: about {passes:,.0f} passes over it, and past {MANY_EPOCHS} more passes are worth "
+             "little; give more data or a shorter budget"] * (passes is not None and passes > MANY_EPOCHS)
+    notes += [f"not checked before the run: {what}" for what in unchecked]
+    checked = f"checked in {time.perf_counter() - started:.1f} s"
+    if notes:
+        print(f"preflight: the run would start, no problem found ({checked}), but:")
+        for number, note in enumerate(notes, 1):
+            print(f"  {number}. {note}")
+        return 0
+    print(f"preflight: the run would start cleanly ({checked})")
     return 0
-
-
-def _first_records(cfg) -> None:
-    """The first documents of the data source: a hub corpus reachable, local files readable."""
-    from cramming.data.sources import source_from_config
-
-    data = OmegaConf.to_object(cfg.data) if OmegaConf.is_config(cfg.data) else cfg.data
-    read = 0
-    try:
-        for read, _ in enumerate(source_from_config(data).documents(), 1):
-            if read == FIRST_RECORDS:
-                break
-    except CrammingError:
-        raise
-    except Exception as error:  # the hub unreachable, a file unreadable: the library's own words
-        raise CrammingError(f"data: the source's first records could not be read ({type(error).__name__}: "
-                            f"{str(error).splitlines()[0] if str(error) else ''})") from None
-    if read == 0:
-        raise CrammingError("data: the source holds no documents")
 
 
 @dataclasses.dataclass
@@ -307,6 +351,9 @@ def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed])
             tokens, steps = _expected(cfg, trial, seconds)
             lines.append(f"  expected: about {size_text(tokens, '')} tokens in about {steps:,} optimizer steps at that "
                          "speed (the optimizer, data and logging make it somewhat less)")
+            passes = data_passes(tokens, needs)
+            if passes is not None:
+                lines.append(f"  data: that is about {passes:,.1f} passes over the dataset")
     for need in needs:
         amount = "unknown" if need.bytes is None else size_text(need.bytes)
         lines.append(f"  disk: {need.what}: {amount} in {need.where} "
@@ -325,6 +372,12 @@ def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed])
     else:
         lines.append("  at the end: the summary and plots; no GLUE (eval=glue adds it)")
     return lines
+
+
+def data_passes(tokens: float, needs: list[DiskNeed]) -> float | None:
+    """How many times `tokens` of training go through the prepared dataset (None: its size is not known)."""
+    data_tokens = next((need.tokens for need in needs if need.tokens), None)
+    return tokens / data_tokens if data_tokens else None
 
 
 def _expected(cfg, trial: Trial, seconds: float) -> tuple[float, int]:

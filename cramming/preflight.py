@@ -167,14 +167,15 @@ def _dataset_need(cfg) -> DiskNeed:
     """An estimate from the source's text size: 2 bytes a token at about 4 characters a token (a hub corpus:
     unknown until it is read, beside its download in the hub's cache)."""
     from cramming.data import store
+    from cramming.data.prepare import dataset_folder
     from cramming.data.sources import source_from_config
 
     data = OmegaConf.to_object(cfg.data) if OmegaConf.is_config(cfg.data) else cfg.data
     where = Path(os.path.expanduser(str(cfg.cache_dir)))
     source = source_from_config(data)
-    if source.kind == "hub" or data.tokenizer.kind == "pretrained":  # their fingerprints read the network
+    final_dir = dataset_folder(data, str(where), source)
+    if final_dir is None:
         return DiskNeed("the prepared dataset (a hub corpus: size unknown until read)", where, None)
-    final_dir = store.dataset_dir(str(where), data, store.cache_key(data, source.fingerprint()))
     if (final_dir / store.META_FILE).exists():
         meta = json.loads((final_dir / store.META_FILE).read_text())
         return DiskNeed("the prepared dataset (cached)", where, 0, meta["tokens_packed"])

@@ -59,7 +59,8 @@ class PretrainConfig:
         techniques': every problem."""
         problems = problems_of(
             lambda: check_data_config(self.data), self._check_top_level, self.train.check, self.impl.check,
-            self._check_microbatch, self._check_across_parts, self.checkpoint.check, self.logging.check, self.wandb.check,
+            self._check_microbatch, self._check_across_parts, self.checkpoint.check, self.logging.check,
+            self.wandb.check,
             *([self._check_eval] if self.eval is not None else []))
         raise_problems(problems or problems_of(lambda: check_techniques(self)))
 

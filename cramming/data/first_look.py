@@ -49,7 +49,7 @@ class FirstLook:
 
 
 def data_problems(cfg: DataBaseConfig, source: Source) -> FirstLook:
-    """Every input file's format (check_files), then the first records through the filters and a tokenizer
+    """Every input file's format (file_problems), then the first records through the filters and a tokenizer
     trained on them as preparation would; raises Problems naming the settings that would keep nothing."""
     raise_problems([problem for path in input_files(source) for problem in file_problems(path)])
     return look_at_first_records(cfg, source)
@@ -66,25 +66,31 @@ def input_files(source: Source) -> list[str]:
 
 def file_problems(path: str) -> list[str]:
     """The ways `path` would fail to read to its end: a damaged or truncated gzip stream (read whole: about 50 MB
-    of compressed text a second, a small part of what preparing it costs), a jsonl file whose last record is cut,
-    a parquet file without its footer."""
+    of compressed text a second, a small part of what preparing it costs), a jsonl file whose last record is cut
+    (a .json file may be one document, an array, with no last record to read alone), a parquet file without its
+    footer."""
     if os.path.getsize(path) == 0:
         return []  # empty: no documents, counted as such
     try:
         if path.endswith(".gz"):
             _check_gzip(path)
-        if path.endswith((".jsonl", ".json")):
+        if path.endswith(".jsonl"):
             _check_last_json_line(path)
         if path.endswith(".parquet"):
-            import pyarrow.parquet
-
-            pyarrow.parquet.read_metadata(path)
+            _check_parquet_footer(path)
     except CrammingError as error:
         return [str(error)]
-    except Exception as error:  # pyarrow's own error types
-        return [f"data.files: {path} is not a readable parquet file ({type(error).__name__}: "
-                f"{str(error).splitlines()[0] if str(error) else ''})"]
     return []
+
+
+def _check_parquet_footer(path: str) -> None:
+    import pyarrow.parquet  # only where a parquet file is read
+
+    try:
+        pyarrow.parquet.read_metadata(path)
+    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError, ArrowIOError an OSError
+        raise CrammingError(f"data.files: {path} is not a readable parquet file ({type(error).__name__}: "
+                            f"{str(error).splitlines()[0] if str(error) else ''})") from None
 
 
 def _check_gzip(path: str) -> None:

@@ -54,26 +54,28 @@ def look_once(cfg: DataBaseConfig, source: Source, final_dir: Path) -> FirstLook
     return LOOKED[final_dir]
 
 
-def first_look_before_preparing(cfg: DataBaseConfig, cache_dir: str) -> FirstLook | None:
-    """look_once where the run will prepare its data; None where the cache holds it, or where only reading the
-    network would tell (a hub corpus, a pretrained tokenizer: preflight=true reads their first records)."""
-    source = source_from_config(cfg)
+def dataset_folder(cfg: DataBaseConfig, cache_dir: str, source: Source) -> Path | None:
+    """Where the cache keeps, or will keep, the dataset of `cfg`; None where only the network would tell (the
+    fingerprint of a hub corpus or of a pretrained tokenizer reads it)."""
     if source.kind == "hub" or cfg.tokenizer.kind == "pretrained":
         return None
-    final_dir = store.dataset_dir(cache_dir, cfg, store.cache_key(cfg, source.fingerprint()))
-    if (final_dir / store.META_FILE).exists():
+    return store.dataset_dir(cache_dir, cfg, store.cache_key(cfg, source.fingerprint()))
+
+
+def first_look_before_preparing(cfg: DataBaseConfig, cache_dir: str) -> FirstLook | None:
+    """look_once where the run will prepare its data; None where the cache holds it, or where only reading the
+    network would tell (preflight=true reads a hub corpus's first records)."""
+    source = source_from_config(cfg)
+    folder = dataset_folder(cfg, cache_dir, source)
+    if folder is None or (folder / store.META_FILE).exists():
         return None
-    return look_once(cfg, source, final_dir)
+    return look_once(cfg, source, folder)
 
 
 def cached_tokenizer(cfg: DataBaseConfig, cache_dir: str) -> Path | None:
-    """The tokenizer.json of the prepared dataset of `cfg` where the cache holds it (None otherwise, and where only
-    the network would tell: a hub corpus, a pretrained tokenizer)."""
-    source = source_from_config(cfg)
-    if source.kind == "hub" or cfg.tokenizer.kind == "pretrained":
-        return None
-    final_dir = store.dataset_dir(cache_dir, cfg, store.cache_key(cfg, source.fingerprint()))
-    return final_dir / store.TOKENIZER_FILE if (final_dir / store.META_FILE).exists() else None
+    """The tokenizer.json of the prepared dataset of `cfg` where the cache holds it (None otherwise)."""
+    folder = dataset_folder(cfg, cache_dir, source_from_config(cfg))
+    return folder / store.TOKENIZER_FILE if folder is not None and (folder / store.META_FILE).exists() else None
 
 
 def prepare_dataset(cfg: DataBaseConfig, cache_dir: str, verify: bool = True) -> tuple[store.PreparedDataset, bool]:

@@ -3,8 +3,8 @@ budget (a small data.max_tokens, a small corpus) otherwise trains on the same fe
 
 Muennighoff et al., 2023 ("Scaling Data-Constrained Language Models"): up to about 4 epochs, repeated data
 trains nearly as well as new data; the value of each repeat then decays exponentially, with a fitted constant
-of about 15 epochs (R*_D = 15.4), so that past about 16 epochs more passes are worth little. The notice starts there: the quick start's few passes over
-the embedded corpus are no news, a slice seen hundreds of times is.
+of about 15 epochs (R*_D = 15.4), so that past about 16 epochs more passes are worth little. The notice starts
+there: the quick start's few passes over the embedded corpus are no news, a slice seen hundreds of times is.
 """
 
 import logging

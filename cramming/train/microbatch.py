@@ -150,16 +150,17 @@ def choose_microbatch(cfg, settings: Settings, dist: Distributed, model: torch.n
     """The microbatch size and where it came from, before the clock starts (the search is outside the budget).
 
     impl.microbatch_size when set; else a resumed run's checkpoint's (its fingerprint must match); else on
-    the CPU the profile's, at most this rank's share of train.batch_size; else on a GPU the largest power of two that fits, searched upward from the
-    profile's microbatch_size and cached per GPU, architecture, sequence length and precision.
+    the CPU the profile's; else on a GPU the largest power of two that fits, searched upward from the
+    profile's microbatch_size and cached per GPU, architecture, sequence length and precision. Chosen here, it is
+    never more than this rank's share of train.batch_size.
     technique_bytes: what the techniques hold beside a plain step (cramming.train.techniques.extra_memory).
     """
     if settings.microbatch_size is not None:
         return settings, "impl.microbatch_size"
     if saved is not None:
         return dataclasses.replace(settings, microbatch_size=saved["fingerprint"]["microbatch_size"]), "checkpoint"
-    if settings.device.type == "cpu":  # never more than this rank's share of a step (train.batch_size)
-        limit = max(cfg.train.batch_size // dist.world_size, 1)
+    limit = max(cfg.train.batch_size // dist.world_size, 1)  # this rank's share of a step
+    if settings.device.type == "cpu":
         if settings.profile.microbatch_size > limit:
             return dataclasses.replace(settings, microbatch_size=limit), "cpu profile, capped at train.batch_size"
         return dataclasses.replace(settings, microbatch_size=settings.profile.microbatch_size), "cpu profile"
@@ -172,7 +173,6 @@ def choose_microbatch(cfg, settings: Settings, dist: Distributed, model: torch.n
         total = torch.cuda.get_device_properties(settings.device).total_memory
         memory_gb = settings.profile.memory_gb if settings.profile.memory_gb * 2**30 < total else 0.0  # 0: the card's
         usable = usable_bytes(total, memory_gb)
-        limit = max(cfg.train.batch_size // dist.world_size, 1)
         key = cache_key(settings.device, OmegaConf.to_container(cfg.arch, resolve=True), seq_length,
                         settings.precision.name, dist.world_size, cfg.train.optim.name, technique_bytes, memory_gb,
                         microbatch_key(cfg))

@@ -47,7 +47,8 @@ TECHNIQUES: tuple[type[Technique], ...] = (
     OffloadOptimizer,
 )
 
-__all__ = ["TECHNIQUES", "RunContext", "Technique", "build_techniques", "check_on_device", "check_technique_inputs", "check_techniques",
+__all__ = ["TECHNIQUES", "RunContext", "Technique", "build_techniques", "check_on_device", "check_technique_inputs",
+           "check_techniques",
            "data_stream", "extra_memory", "microbatch_key", "optimizer_state_parts", "prepare_model",
            "variant_overrides", "wrap_optimizer", "wrap_step"]
 

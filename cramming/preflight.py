@@ -352,6 +352,7 @@ def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed])
             tokens, steps = _expected(cfg, trial, seconds)
             lines.append(f"  expected: about {size_text(tokens, '')} tokens in about {steps:,} optimizer steps at that "
                          "speed (the optimizer, data and logging make it somewhat less)")
+            lines.append(schedule_line(cfg, trial, seconds))
             passes = data_passes(tokens, needs)
             if passes is not None:
                 lines.append(f"  data: that is about {passes:,.1f} passes over the dataset")
@@ -384,19 +385,44 @@ def data_passes(tokens: float, needs: list[DiskNeed]) -> float | None:
 def _expected(cfg, trial: Trial, seconds: float) -> tuple[float, int]:
     """Tokens and optimizer steps at the trial's speed over the wall budget, through the batch ramp; with
     train.progress=steps, max_steps."""
+    tokens, steps, _ = _simulated(cfg, trial, seconds)
+    return tokens, steps
+
+
+def _simulated(cfg, trial: Trial, seconds: float) -> tuple[float, int, list[tuple[float, int, float]]]:
+    """The run at the trial's speed: its tokens, its optimizer steps, and (f, sequences per step, lr) at each
+    step, the schedules driven as the loop drives them (cramming.train.loop.Schedule)."""
     from cramming.train.loop import Schedule
 
     schedule = Schedule(cfg.train, trial.microbatch_size)
     microbatches = seconds / trial.seconds_after
+    per_microbatch = trial.microbatch_size * cfg.data.seq_length
     if cfg.train.progress == "steps":
         steps = cfg.train.max_steps
-        used = sum(schedule.accumulate(step / steps) for step in range(steps))
-        return min(used, microbatches) * trial.microbatch_size * cfg.data.seq_length, steps
-    done = steps = 0
-    while done < microbatches and steps < 10_000_000:
-        done += schedule.accumulate(done / microbatches)
-        steps += 1
-    if cfg.train.max_steps:
-        steps = min(steps, cfg.train.max_steps)
-    return microbatches * trial.microbatch_size * cfg.data.seq_length, steps
+        accumulated = [schedule.accumulate(step / steps) for step in range(steps)]
+        record = [(step / steps, count * trial.microbatch_size, schedule.lr(step / steps))
+                  for step, count in enumerate(accumulated)]
+        return min(sum(accumulated), microbatches) * per_microbatch, steps, record
+    done, record = 0, []
+    while done < microbatches and len(record) < 10_000_000:
+        fraction = done / microbatches
+        schedule.observe(fraction, done * trial.microbatch_size)
+        count = schedule.accumulate(fraction)
+        record.append((fraction, count * trial.microbatch_size, schedule.lr(fraction)))
+        done += count
+    steps = min(len(record), cfg.train.max_steps) if cfg.train.max_steps else len(record)
+    return microbatches * per_microbatch, steps, record[:steps]
 
+
+PLAN_FRACTIONS = (0.0, 0.25, 0.5, 0.75, 0.95)
+
+
+def schedule_line(cfg, trial: Trial, seconds: float) -> str:
+    """The batch and the learning rate over the run, at a few fractions of it, as the plan shows them."""
+    _, _, record = _simulated(cfg, trial, seconds)
+    at = [next((entry for entry in record if entry[0] >= fraction), record[-1]) for fraction in PLAN_FRACTIONS]
+    floor = (f"; train.min_steps={cfg.train.min_steps} caps the final batch at the expected sequences / "
+             f"{cfg.train.min_steps}" if cfg.train.min_steps is not None and cfg.train.progress == "budget" else "")
+    return ("  schedule (sequences per step, lr) at " +
+            ", ".join(f"{100 * fraction:g}%: {batch:,}, {lr:.2e}" for fraction, (_, batch, lr) in
+                      zip(PLAN_FRACTIONS, at)) + f" ({cfg.train.lr_schedule} lr{floor})")

@@ -70,6 +70,14 @@ def target_batch_size(fraction: float, microbatch: int, batch_size: int, ramp_fr
     return microbatch + (batch_size - microbatch) * max(fraction, 0.0) / ramp_fraction
 
 
+def fitted_batch_size(expected_sequences: float, microbatch: int, batch_size: int, min_steps: int) -> float:
+    """The final batch that leaves the run at least min_steps optimizer steps: the sequences it is expected to
+    see over min_steps, between one microbatch and batch_size. A day's budget reaches batch_size (the crammed
+    recipe unchanged); a short one keeps small batches, and so more steps, where a large batch would leave it a
+    few dozen (the critical batch is small while the loss is high: McCandlish et al., 2018)."""
+    return min(float(batch_size), max(float(microbatch), expected_sequences / min_steps))
+
+
 def accumulation_steps(fraction: float, sequences_per_microbatch: int, batch_size: int, ramp_fraction: float) -> int:
     """Microbatches (across all ranks) to accumulate for the next optimizer step."""
     target = target_batch_size(fraction, sequences_per_microbatch, batch_size, ramp_fraction)

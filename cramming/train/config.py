@@ -124,6 +124,9 @@ class TrainConfig:
     max_steps: Optional[int] = None  # required with progress=steps; also a hard stop with progress=budget
     batch_size: int = 8192  # sequences per optimizer step once the ramp is done
     batch_ramp_fraction: float = 0.6  # the batch grows linearly from one microbatch to batch_size until this f
+    # a floor on the optimizer steps of a budget run: the final batch is at most the run's expected sequences /
+    # min_steps (cramming.schedules.fitted_batch_size); null: always batch_size (the crammed recipe)
+    min_steps: Optional[int] = None
     mlm_rate: float = 0.25
     seed: int = 0
     max_nonfinite_steps: int = 10  # stop after this many non-finite losses in a row
@@ -143,6 +146,8 @@ class TrainConfig:
         require([
             (0 <= self.warmup_fraction < 1, f"train.warmup_fraction={self.warmup_fraction} must be in [0, 1)"),
             (self.batch_size >= 1, f"train.batch_size={self.batch_size} must be at least 1"),
+            (self.min_steps is None or self.min_steps >= 1,
+             f"train.min_steps={self.min_steps} must be at least 1 (or null: the final batch is train.batch_size)"),
             (0 <= self.batch_ramp_fraction <= 1,
              f"train.batch_ramp_fraction={self.batch_ramp_fraction} must be in [0, 1]"),
             (self.max_nonfinite_steps >= 1, f"train.max_nonfinite_steps={self.max_nonfinite_steps} must be at least 1"),

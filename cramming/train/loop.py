@@ -9,25 +9,43 @@ from dataclasses import dataclass
 import torch
 
 from cramming.gradient_step import Step
-from cramming.schedules import accumulation_steps, lr_multiplier, set_lr
+from cramming.schedules import accumulation_steps, fitted_batch_size, lr_multiplier, set_lr
 from cramming.train.callbacks import CallbackList, TrainState
 from cramming.train.stopping import LocalAgreement
 
 
 @dataclass
 class Schedule:
-    """The recipe's schedules at progress f: the learning rate and the batch (as microbatches to accumulate)."""
+    """The recipe's schedules at progress f: the learning rate and the batch (as microbatches to accumulate).
+    With train.min_steps the ramp's final batch follows the sequences the run is expected to see (`observe`)."""
 
     train_cfg: object  # the `train` config
     sequences_per_microbatch: int  # across all ranks
+    expected_sequences: float = 0.0  # the whole run's, projected from its pace so far (observe)
 
     def lr(self, fraction: float) -> float:
         train = self.train_cfg
         return train.optim.lr * lr_multiplier(train.lr_schedule, fraction, train.warmup_fraction)
 
+    def observe(self, fraction: float, sequences_done: float) -> None:
+        """Project the run's sequences from its pace so far, compilation included (so early on, an
+        underestimate: small batches). Both numbers are agreed by the ranks, so every rank plans alike, and both
+        are in a checkpoint's progress, so a resumed run plans as the uninterrupted one would have."""
+        if fraction > 0:
+            self.expected_sequences = sequences_done / fraction
+
+    def final_batch(self) -> float:
+        """Sequences per step once the ramp is done: train.batch_size, or what train.min_steps leaves (budget
+        runs; a run counting steps has its max_steps)."""
+        train = self.train_cfg
+        if train.min_steps is None or train.progress == "steps":
+            return float(train.batch_size)
+        return fitted_batch_size(self.expected_sequences, self.sequences_per_microbatch, train.batch_size,
+                                 train.min_steps)
+
     def accumulate(self, fraction: float) -> int:
         train = self.train_cfg
-        return accumulation_steps(fraction, self.sequences_per_microbatch, train.batch_size,
+        return accumulation_steps(fraction, self.sequences_per_microbatch, self.final_batch(),
                                   train.batch_ramp_fraction)
 
 
@@ -51,6 +69,7 @@ def run_loop(state: TrainState, step: Step, agreement: LocalAgreement, schedule:
     state.clock.start()
     while not agreement.should_stop(progress):
         state.fraction = agreement.fraction(progress)
+        schedule.observe(state.fraction, progress.tokens / tokens_per_microbatch * schedule.sequences_per_microbatch)
         state.lr, state.accumulate = schedule.lr(state.fraction), schedule.accumulate(state.fraction)
         set_lr(state.optimizer, state.lr)
         callbacks.before_step(state)

@@ -20,6 +20,10 @@ from cramming.runs import read_records
 PLOTS_DIR = "plots"
 # Redrawing the plots takes about a second: at most this often while training (the end of the run draws its own).
 REDRAW_EVERY_S = 300
+# The published BLiMP means over all 67 paradigms (Warstadt et al., 2020: models_summary.jsonl, which
+# cramming.eval.blimp reads; a test holds these to it), drawn as lines on every BLiMP panel.
+PUBLISHED_BLIMP = {"5-gram": 61.2, "LSTM": 69.8}
+BLIMP_LABEL, BITS_LABEL = "BLiMP subset (% of pairs right)", "held-out bits per character"
 # Hardware panels, drawn where the run logged them: (key, axis label).
 HARDWARE = [("gpu_util", "GPU utilization (%)"), ("gpu_mem_gb", "GPU memory used (GiB)"),
             ("gpu_temp_c", "GPU temperature (°C)"), ("gpu_power_w", "GPU power (W)"),
@@ -76,21 +80,23 @@ def _save(panels: list[tuple], path: Path, title: str) -> Path:
 
 
 def panels_figure(panels: list[tuple], title: str) -> Figure:
-    """One figure of panels, two to a row, each (x, x label, y, y label); y is one series or a dict of
-    labelled series (a legend is drawn); None values are skipped; a fraction (its label says so) is drawn
-    on its whole range, 0 to 1."""
+    """One figure of panels, two to a row, each (x, x label, y, y label) or (x, x label, y, y label, lines); y is
+    one series or a dict of labelled series (a legend is drawn); None values are skipped; lines: {label: y} drawn
+    across the panel, dashed (published references); a fraction (its label says so) is drawn on its whole range,
+    0 to 1."""
     columns, rows = min(len(panels), 2), (len(panels) + 1) // 2
     figure = _figure(columns, rows)
     grid = figure.subplots(rows, columns, squeeze=False).flatten()
     for axes in grid[len(panels):]:
         axes.set_visible(False)
-    for axes, (x, x_label, y, y_label) in zip(grid, panels):
+    for axes, (x, x_label, y, y_label, *lines) in zip(grid, panels):
         for label, series in (y.items() if isinstance(y, dict) else [(None, y)]):
             points = [(a, b) for a, b in zip(x, series) if b is not None]
             axes.plot([a for a, _ in points], [b for _, b in points], linewidth=1.2, label=label,
                       marker=_marker(len(points), len(x)))
-        if isinstance(y, dict):
-            axes.legend()
+        _reference_lines(axes, lines[0] if lines else {})
+        if isinstance(y, dict) or lines:
+            axes.legend(fontsize=8)
         _label_x(axes, x_label)
         axes.set_ylabel(y_label)
         if y_label.startswith("fraction"):  # the whole 0-1 range: a run clipping every step is a line at 1, not
@@ -98,6 +104,11 @@ def panels_figure(panels: list[tuple], title: str) -> Figure:
         axes.grid(alpha=0.3)
     figure.suptitle(title)
     return figure
+
+
+def _reference_lines(axes: Axes, lines: dict[str, float]) -> None:
+    for (label, value), style in zip(lines.items(), ("--", ":", "-.")):
+        axes.axhline(value, color="grey", linestyle=style, linewidth=1.0, label=f"{label} (published)")
 
 
 def plot_run(run_dir: Path) -> list[Path]:
@@ -128,8 +139,10 @@ def plot_run(run_dir: Path) -> list[Path]:
             gradients.append((time, time_label, column("clipped_fraction"), "fraction of steps clipped"))
         written.append(_save(gradients, out / "gradients.png", title))
     if any(value is not None for value in column("blimp")):  # the zero-shot probe (cramming.eval.probe)
-        written.append(_save([(time, time_label, column("blimp"), "BLiMP subset (% of pairs right)"),
-                              (time, time_label, column("bits_per_char"), "held-out bits per character")],
+        written.append(_save([(tokens, "tokens", column("blimp"), BLIMP_LABEL, PUBLISHED_BLIMP),
+                              (time, time_label, column("blimp"), BLIMP_LABEL, PUBLISHED_BLIMP),
+                              (tokens, "tokens", column("bits_per_char"), BITS_LABEL),
+                              (time, time_label, column("bits_per_char"), BITS_LABEL)],
                              out / "zero_shot.png", title))
     throughput = [(time, time_label, column("tokens_per_s"), "tokens/s")]
     if any(value is not None for value in column("mfu")):
@@ -157,18 +170,27 @@ def plot_comparison(run_dirs: list[Path], path: Path, labels: list[str] | None =
 
 
 def comparison_figure(runs: list[tuple[str, list[dict]]]) -> Figure:
-    """The overlay of (label, records) runs: loss against training time and against tokens."""
+    """The overlay of (label, records) runs against training time and against tokens: the MLM loss, and where
+    the runs measured them (the zero-shot probe), BLiMP beside the published 5-gram and LSTM, and bits per
+    character."""
     scale, unit = _time_unit(max(records[-1]["elapsed"] for _, records in runs))
-    by_time = [([r["elapsed"] / scale for r in records], label, records) for label, records in runs]
-    by_tokens = [([r["tokens"] for r in records], label, records) for label, records in runs]
-    figure = _figure(columns=2, rows=1)
-    for axes, curves, x_label in zip(figure.subplots(1, 2), (by_time, by_tokens), (f"training time ({unit})", "tokens")):
-        for x, label, records in curves:
-            axes.plot(x, [r["loss"] for r in records], label=label, linewidth=1.2, marker=_marker(len(x), len(x)))
-        _label_x(axes, x_label)
-        axes.set_ylabel("MLM loss")
-        axes.grid(alpha=0.3)
-        axes.legend(fontsize=8)
+    axes_x = [(f"training time ({unit})", lambda r: r["elapsed"] / scale), ("tokens", lambda r: r["tokens"])]
+    rows = [("loss", "MLM loss", {})]
+    if any(r.get("blimp") is not None for _, records in runs for r in records):
+        rows += [("blimp", BLIMP_LABEL, PUBLISHED_BLIMP), ("bits_per_char", BITS_LABEL, {})]
+    figure = _figure(columns=2, rows=len(rows))
+    grid = figure.subplots(len(rows), 2, squeeze=False)
+    for row, (key, y_label, lines) in zip(grid, rows):
+        for axes, (x_label, x_of) in zip(row, axes_x):
+            for label, records in runs:
+                points = [(x_of(r), r[key]) for r in records if r.get(key) is not None]
+                axes.plot([x for x, _ in points], [y for _, y in points], label=label, linewidth=1.2,
+                          marker=_marker(len(points), len(records)))
+            _reference_lines(axes, lines)
+            _label_x(axes, x_label)
+            axes.set_ylabel(y_label)
+            axes.grid(alpha=0.3)
+            axes.legend(fontsize=8)
     figure.suptitle(f"{len(runs)} runs")
     return figure
 

@@ -69,3 +69,32 @@ def test_a_fraction_is_drawn_on_its_whole_range():
                             ([1, 2, 3], "training time (s)", [2.0, 2.0, 2.0], "gradient norm (before clipping)")], "t")
     clipped, norm = figure.axes
     assert clipped.get_ylim() == (-0.05, 1.05) and norm.get_ylim() != (-0.05, 1.05)
+
+
+def test_the_zero_shot_curves_are_drawn_against_tokens_and_time_beside_the_published_5_gram_and_lstm(tmp_path):
+    run_dir = tmp_path / "cpu-run" / "2026-01-01_00-00-00"
+    run_dir.mkdir(parents=True)
+    records = [{"step": step, "elapsed": 6.0 * step, "tokens": 4096 * step, "loss": 9.0 - step / 10, "lr": 1e-3,
+                "batch_size": 32, "tokens_per_s": 700.0, "mfu": None,
+                **({"blimp": 50.0 + step / 4, "bits_per_char": 3.0 - step / 40} if step % 10 == 0 else {})}
+               for step in range(1, 41)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    sizes = {path.stem: imread(path).shape[:2] for path in plot_run(run_dir)}
+    assert sizes["zero_shot"] == (800, 1100)  # BLiMP and bits per character, each against tokens and time
+    figure = plots.comparison_figure([("a", records), ("b", records[:20])])
+    assert len(figure.axes) == 6  # loss, BLiMP, bits per character; against time and tokens
+    for axes in figure.axes[2:4]:
+        labels = [line.get_label() for line in axes.get_lines()]
+        assert labels == ["a", "b", "5-gram (published)", "LSTM (published)"]
+        assert [line.get_ydata()[0] for line in axes.get_lines()[2:]] == [61.2, 69.8]
+    assert [line.get_label() for line in figure.axes[4].get_lines()] == ["a", "b"]
+
+
+def test_the_published_lines_are_the_published_means_over_all_67_paradigms():
+    from cramming.eval.blimp import PACKAGED, published
+
+    uids = [json.loads(line)["UID"] for line in (PACKAGED / "models_summary.jsonl").read_text().splitlines()]
+    means = published({uid: "syntax" for uid in uids if uid != "overall"})
+    assert len([uid for uid in uids if uid != "overall"]) == 67
+    assert plots.PUBLISHED_BLIMP == {"5-gram": round(means["5-gram"]["overall"], 1),
+                                     "LSTM": round(means["LSTM"]["overall"], 1)}

@@ -1,0 +1,107 @@
+"""The default recipe (train=scaled): the crammed recipe with a floor on its optimizer steps. A short budget keeps
+small batches; a day's budget is the crammed recipe exactly; the plan is driven by numbers every rank shares and
+a checkpoint holds, so a resumed run plans as the uninterrupted one."""
+
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from safetensors.torch import load_file
+
+from cramming.pretraining import pretrain
+from cramming.schedules import fitted_batch_size
+from cramming.train.loop import Schedule
+from tests.conftest import REPO_ROOT
+from tests.train.runs import TINY_RUN, InterruptAt, compose_config, only_run, records, summary
+
+
+def test_the_final_batch_is_the_expected_sequences_over_min_steps_between_a_microbatch_and_batch_size():
+    assert fitted_batch_size(expected_sequences=40_000, microbatch=32, batch_size=8192, min_steps=400) == 100
+    assert fitted_batch_size(expected_sequences=1_000, microbatch=32, batch_size=8192, min_steps=400) == 32
+    assert fitted_batch_size(expected_sequences=1e9, microbatch=32, batch_size=8192, min_steps=400) == 8192
+
+
+def test_scaled_is_the_crammed_recipe_with_a_step_floor_and_nothing_else():
+    scaled, original = (OmegaConf.to_container(compose_config([f"train={name}"]).train) for name in
+                        ("scaled", "cramming"))
+    assert compose_config([]).train.name == "scaled"  # the default
+    assert original["min_steps"] is None and scaled["min_steps"] == 400
+    assert {key: value for key, value in scaled.items() if key not in ("name", "min_steps")} == \
+        {key: value for key, value in original.items() if key not in ("name", "min_steps")}
+
+
+def plan(train_cfg, microbatch: int, expected_sequences: float) -> list[int]:
+    """Microbatches per step at 101 fractions of a run whose pace projects `expected_sequences`."""
+    schedule = Schedule(train_cfg, microbatch)
+    plan = []
+    for percent in range(101):
+        schedule.observe(percent / 100, expected_sequences * percent / 100)
+        plan.append(schedule.accumulate(percent / 100))
+    return plan
+
+
+def test_a_day_plans_exactly_as_the_crammed_recipe_and_a_short_budget_keeps_small_steps():
+    scaled, original = (compose_config([f"train={name}"]).train for name in ("scaled", "cramming"))
+    # 24 hours on a 2080 Ti, at the calculator's conservative 515M tokens for crammed-bert: 4.0M sequences
+    day = 515e6 / 128
+    assert plan(scaled, 128, day) == plan(original, 128, day)
+    # 5 CPU minutes at about 37 sequences a second: 11,000 sequences, 345 microbatches of 32
+    short = plan(scaled, 32, 11_000)
+    assert set(short) == {1} and max(plan(original, 32, 11_000)) == 256
+    # 150 s on an H200 (614k sequences, microbatch 1024): 1,535 sequences at most, one microbatch; not 8192
+    assert max(plan(scaled, 1024, 614_000)) == 1 and max(plan(original, 1024, 614_000)) == 8
+
+
+def test_a_run_counting_steps_ramps_to_batch_size_as_its_steps_are_given():
+    steps = compose_config(["train.progress=steps", "train.max_steps=100"]).train
+    assert plan(steps, 32, 11_000) == plan(compose_config(["train=steps"]).train, 32, 11_000)
+    assert max(plan(steps, 32, 11_000)) == 256
+
+
+@pytest.mark.slow
+def test_the_default_makes_a_step_of_every_microbatch_where_the_original_makes_a_few_large_ones(
+        shared_cache, tmp_path, simulated_clock):
+    """The command line as a user runs it, the budget on simulated time: 0.001 GPU-hours = 29 microbatches."""
+    steps = {}
+    for name in ("scaled", "cramming"):
+        run = subprocess.run([sys.executable, str(REPO_ROOT / "pretrain.py"), *TINY_RUN, f"train={name}",
+                              "budget=0.001", "train.validation.fractions=[]", f"output_dir={tmp_path / name}",
+                              f"cache_dir={shared_cache}"], capture_output=True, text=True, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr[-2000:]
+        facts = summary(only_run(tmp_path / name))
+        assert facts["microbatches"] == math.ceil(0.001 * 3600 / simulated_clock) == 29
+        steps[name] = facts["steps"]
+    assert steps["scaled"] == 29  # 29 x 32 sequences / 400 steps is below one microbatch: one a step
+    assert steps["cramming"] < 15  # the ramp to 8192 sequences: a few steps of up to 29 microbatches
+
+
+@pytest.mark.slow
+def test_a_floor_that_lets_the_batch_grow_resumes_exactly(shared_cache, tmp_path, simulated_clock):
+    """min_steps=4 with microbatches of 16: the batch grows with the projected sequences; a resumed run
+    projects from the checkpoint's progress and steps exactly as the uninterrupted one."""
+    overrides = TINY_RUN + ["budget=0.002", "impl.microbatch_size=16", "train.min_steps=4", "logging.every_steps=1",
+                            "checkpoint.interval_minutes=1e-9", "train.validation.fractions=[]",
+                            f"cache_dir={shared_cache}"]
+    straight = pretrain(compose_config(overrides + [f"output_dir={tmp_path / 'a'}"]))
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(compose_config(overrides + [f"output_dir={tmp_path / 'b'}"]), callbacks=[InterruptAt(4)])
+    resumed = pretrain(compose_config(overrides + [f"output_dir={tmp_path / 'b'}", "resume=latest"]))
+    batches = [record["batch_size"] for record in records(straight)]
+    assert batches[0] == 16 and max(batches) > 4 * 16  # the ramp grew with the projection
+    assert [(r["step"], r["batch_size"], r["loss"]) for r in records(resumed)] == \
+        [(r["step"], r["batch_size"], r["loss"]) for r in records(straight)]
+    final = [load_file(run / "checkpoints/final/model.safetensors") for run in (straight, resumed)]
+    assert all(torch.equal(final[0][key], final[1][key]) for key in final[0])
+
+
+def test_preflight_shows_the_batch_and_the_learning_rate_over_the_run(shared_cache, tmp_path):
+    run = subprocess.run([sys.executable, str(REPO_ROOT / "pretrain.py"), *TINY_RUN, "budget=0.5", "preflight=true",
+                          f"output_dir={tmp_path}", f"cache_dir={shared_cache}"], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    (line,) = [line for line in run.stdout.splitlines() if line.startswith("  schedule (sequences per step, lr)")]
+    assert line.count("%: ") == 5 and "at 0%: 32, 2.50e-04," in line  # a microbatch, at a quarter of the peak
+    assert "train.min_steps=400 caps the final batch at the expected sequences / 400" in line

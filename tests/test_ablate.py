@@ -168,3 +168,15 @@ def test_compare_runs_shows_the_last_blimp_and_bits_per_char_of_each_run():
     assert zero_shot_rows(a, b) == ["", "BLiMP, packaged subset (%): 52.0000 (step 5) | 55.5000 (step 6) (+3.5000)",
                                     "held-out bits per character: 2.0000 (step 5) | 1.7500 (step 6) (-0.2500)"]
     assert zero_shot_rows([{"step": 1, "loss": 4.0}], [{"step": 1, "loss": 4.0}]) == []
+
+
+def test_the_gpu_recipe_script_without_its_three_arguments_is_one_line_and_exit_2():
+    run = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "gpu_recipes.sh"), "shards/*.txt.gz"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines() == [
+        "error: give the corpus glob, the BLiMP folder and the output folder (bash "
+        f"{REPO_ROOT / 'scripts' / 'gpu_recipes.sh'} --help)"]
+    help_text = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "gpu_recipes.sh"), "--help"],
+                               capture_output=True, text=True, timeout=60)
+    assert help_text.returncode == 0 and "bash scripts/gpu_recipes.sh <corpus glob>" in help_text.stdout

@@ -16,7 +16,8 @@ def test_a_record_at_least_every_fraction_of_training(shared_cache, tmp_path):
 
 def test_the_budget_cut_last_step_says_its_planned_batch(shared_cache, tmp_path, simulated_clock, caplog):
     with caplog.at_level(logging.INFO, logger="pretrain"):
-        run_dir = pretrain(compose_config(TINY_RUN + ["budget=0.001", f"output_dir={tmp_path}",
+        # the original recipe's ramp to 8192 sequences: the budget ends inside a step of many microbatches
+        run_dir = pretrain(compose_config(TINY_RUN + ["train=cramming", "budget=0.001", f"output_dir={tmp_path}",
                                                       "logging.every_steps=1"]))
     *earlier, last = records(run_dir)
     assert all("planned_batch_size" not in record for record in earlier)

@@ -133,9 +133,9 @@ def test_quickstart_leaves_summary_plots_and_a_wandb_run_and_two_runs_overlay(sh
     assert shares["step"] + shares["data"] + shares["around"] == pytest.approx(1, abs=1e-3)
     assert set(shares) == {"step", "data", "around", "seconds"}  # their values: test_summary.py (no speed here)
     panels = {"loss": 2, "schedules": 2, "gradients": 2, "throughput": 1, "hardware": 2,  # no MFU panel: no peak
-              "zero_shot": 2}
+              "zero_shot": 4}  # BLiMP and bits per character, against tokens and time: two rows
     assert {path.stem: png_size(path) for path in (run_dir / "plots").glob("*.png")} == {
-        name: (550 * count, 400) for name, count in panels.items()}
+        name: (550 * min(count, 2), 400 * ((count + 1) // 2)) for name, count in panels.items()}
     (records_file,) = (run_dir / "wandb").glob("offline-run-*/*.wandb")  # ready for `wandb sync`
     logged = records_file.read_bytes()  # protobuf records: their keys and JSON values are plain text
     for expected in (b"batch_ramp_fraction", b"tokens_per_s", b"cpu_util", b"val_loss", b"grad_norm",
@@ -148,10 +148,10 @@ def test_quickstart_leaves_summary_plots_and_a_wandb_run_and_two_runs_overlay(sh
     command = [sys.executable, str(REPO_ROOT / "scripts/plot_runs.py"), str(run_dir), str(other), "--out", str(overlay)]
     plotted = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert plotted.returncode == 0, plotted.stderr
-    assert png_size(overlay) == (1100, 400)
+    assert png_size(overlay) == (1100, 1200)  # the loss, and the quick start's BLiMP and bits per character
     by_default = in_process("plot_runs", str(run_dir), str(other), cwd=tmp_path)  # under outputs/, not here
     (written,) = (tmp_path / "outputs" / "comparisons").glob("*-loss.png")
-    assert by_default.stdout == f"wrote {written.relative_to(tmp_path)}\n" and png_size(written) == (1100, 400)
+    assert by_default.stdout == f"wrote {written.relative_to(tmp_path)}\n" and png_size(written) == (1100, 1200)
     not_a_run = in_process("plot_runs", str(tmp_path))
     assert not_a_run.returncode == 2 and "no metrics.jsonl" in not_a_run.stderr and "Traceback" not in not_a_run.stderr
 

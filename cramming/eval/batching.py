@@ -2,6 +2,9 @@
 
 Training batches group examples of similar length (length bucketing) so that little compute goes
 to padding; evaluation batches are sorted by length outright, since their order does not matter.
+
+A compiled fine-tuning (cramming.eval.compiled) pads every batch to one of a few static widths instead of its
+longest example, so that torch.compile builds a bounded number of graphs per task.
 """
 
 from dataclasses import dataclass
@@ -9,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 BUCKET_BATCHES = 50  # length bucketing sorts within windows of this many batches, so batches stay random
+STATIC_WIDTH_FROM = 32  # static widths: 32, 64, 128, ... tokens, the last one max_length
 
 
 @dataclass
@@ -71,19 +75,39 @@ def evaluation_batches(split: EncodedSplit, batch_size: int) -> list[list[int]]:
     return [by_length[start : start + batch_size] for start in range(0, len(by_length), batch_size)]
 
 
-def collate(split: EncodedSplit, indices: list[int], pad_id: int) -> dict[str, torch.Tensor]:
-    """Pad to the longest example of the batch: input_ids, attention_mask and, where the split has them,
-    token_type_ids (B, T), or (B, choices, T) for multiple choice; labels (B,)."""
+def filled(indices: list[int], batch_size: int) -> list[int]:
+    """A short evaluation batch made full by repeating its first example, so that a compiled evaluation
+    sees one batch size; the outputs past len(indices) are dropped."""
+    return indices + indices[:1] * (batch_size - len(indices))
+
+
+def static_width(longest: int, max_length: int) -> int:
+    """The width a compiled step pads a batch to: the next of STATIC_WIDTH_FROM, twice that, ... that holds
+    `longest`, at most max_length (the tasks truncate there): three widths at the protocol's 128."""
+    width = STATIC_WIDTH_FROM
+    while width < longest:
+        width *= 2
+    return max(longest, min(width, max_length))
+
+
+def collate(split: EncodedSplit, indices: list[int], pad_id: int,
+            static_up_to: int | None = None) -> dict[str, torch.Tensor]:
+    """Pad to the longest example of the batch, or with `static_up_to` (the task's max_length) to its
+    static_width: input_ids, attention_mask and, where the split has them, token_type_ids (B, T), or
+    (B, choices, T) for multiple choice; labels (B,)."""
     choices = split.choices
     if choices is not None:  # every choice as a row, then (B * choices, T) -> (B, choices, T)
         rows = [row for i in indices for row in split.input_ids[i]]
         types = split.token_type_ids and [row for i in indices for row in split.token_type_ids[i]]
         every_row = list(range(len(rows)))
-        flat = collate(EncodedSplit(rows, torch.zeros(len(rows)), split.source, types), every_row, pad_id)
+        flat = collate(EncodedSplit(rows, torch.zeros(len(rows)), split.source, types), every_row, pad_id,
+                       static_up_to)
         batch = {key: value.view(len(indices), choices, -1) for key, value in flat.items() if key != "labels"}
         return batch | {"labels": split.labels[indices]}
     rows = [split.input_ids[i] for i in indices]
     width = max(len(row) for row in rows)
+    if static_up_to is not None:
+        width = static_width(width, static_up_to)
     input_ids = torch.full((len(rows), width), pad_id, dtype=torch.int64)
     attention_mask = torch.zeros((len(rows), width), dtype=torch.int64)
     for row_index, row in enumerate(rows):

@@ -54,6 +54,9 @@ class GlueBaseConfig:
     peft_target_modules: Optional[list[str]] = None
     # --- execution: how the protocol is run (not reported as deviations) ---
     eval_batch_size: int = 128
+    # torch.compile the fine-tuning and evaluation steps, batches padded to static widths (docs/glue.md);
+    # null: on a GPU (where eager launch overhead idles it), not on the CPU (where inductor's step is slower)
+    compile: Optional[bool] = None
     precision: str = "auto"  # auto (bf16 on GPUs that have it, else fp16; fp32 on CPU) | fp32 | bf16 | fp16
     device: str = "auto"  # auto | cpu | cuda | cuda:<index>
     baseline: Optional[str] = None  # an earlier glue_results.json: its scores become a row of the report

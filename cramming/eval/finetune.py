@@ -11,7 +11,8 @@ import torch
 from cramming.adamw import build_optimizer
 from cramming.errors import CrammingError
 from cramming.eval import metrics
-from cramming.eval.batching import EncodedSplit, collate, evaluation_batches, training_batches
+from cramming.eval.batching import EncodedSplit, collate, evaluation_batches, filled, training_batches
+from cramming.eval.compiled import CompiledClassifier, compiles, fresh_graphs
 from cramming.eval.config import GlueBaseConfig
 from cramming.gradient_step import Precision, Step, StepState
 from cramming.schedules import lr_multiplier
@@ -34,9 +35,20 @@ def finetune(
     """Train for cfg.epochs epochs; after each, score every evaluation split (`score`: the task's, of the
     outputs and the labels). Returns one record per epoch.
 
-    The learning rate follows the shared warm-up + cosine schedule over the optimizer steps.
+    The learning rate follows the shared warm-up + cosine schedule over the optimizer steps. Compiled
+    (eval.compile, cramming.eval.compiled), the batches are padded to static widths.
     """
     classifier.to(device)
+    if not compiles(cfg.compile, device):
+        return _finetune(classifier, None, train, evaluations, cfg, device, precision, seed, pad_id, describe, score)
+    with fresh_graphs():
+        network = CompiledClassifier(classifier, (cfg.batch_size, cfg.eval_batch_size), cfg.max_length)
+        return _finetune(classifier, network, train, evaluations, cfg, device, precision, seed, pad_id, describe,
+                         score)
+
+
+def _finetune(classifier, network: CompiledClassifier | None, train, evaluations, cfg, device, precision, seed,
+              pad_id, describe, score) -> list[dict]:
     optimizer = build_optimizer(classifier, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
     total_steps = cfg.epochs * math.ceil(len(train) / cfg.batch_size)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -44,7 +56,7 @@ def finetune(
     generator = torch.Generator().manual_seed(seed)
     # the training step every trainer runs (cramming.gradient_step), with the GLUE protocol's plain AdamW: no
     # clipping and no skip
-    step = Step(classifier, optimizer, precision.grad_scaler(), precision, iter(()), judge=None)
+    step = Step(network or classifier, optimizer, precision.grad_scaler(), precision, iter(()), judge=None)
     state = StepState(model=classifier, device=device)
 
     history = []
@@ -53,14 +65,15 @@ def finetune(
         classifier.train()
         loss_sum = torch.zeros((), device=device)
         batches = training_batches(train, cfg.batch_size, generator, cfg.length_bucketing)
-        step.batches = (collate(train, indices, pad_id) for indices in batches)
+        static_up_to = network and network.max_length
+        step.batches = (collate(train, indices, pad_id, static_up_to) for indices in batches)
         for _ in batches:
             step.run(state)
             scheduler.step()
             loss_sum += state.step_loss.float()
         train_loss = (loss_sum / len(batches)).item()
         scores = {
-            name: evaluate(classifier, split, name, score, cfg.eval_batch_size, device, precision, pad_id)
+            name: evaluate(classifier, split, name, score, cfg.eval_batch_size, device, precision, pad_id, network)
             for name, split in evaluations.items()
         }
         seconds = time.perf_counter() - started
@@ -81,10 +94,11 @@ def evaluate(
     device: torch.device,
     precision: Precision,
     pad_id: int,
+    network: CompiledClassifier | None = None,
 ) -> dict[str, float]:
     """The task's scores (`score`: of the outputs, the labels and the split's `scoring`) of the classifier on one
     evaluation split (dropout off)."""
-    outputs = predict(classifier, split, name, batch_size, device, precision, pad_id)
+    outputs = predict(classifier, split, name, batch_size, device, precision, pad_id, network)
     return score(outputs.numpy(), split.labels.numpy(), split.scoring)
 
 
@@ -97,20 +111,23 @@ def predict(
     device: torch.device,
     precision: Precision,
     pad_id: int,
+    network: CompiledClassifier | None = None,
 ) -> torch.Tensor:
     """The classifier's outputs (N, num_labels), or (N, choices), in the split's order (dropout off); non-finite
-    ones are an error naming the task and the file."""
+    ones are an error naming the task and the file. With `network` (compiled), batches are full and static."""
     classifier.eval()
     order, outputs = [], []
     for indices in evaluation_batches(split, batch_size):
-        batch = _to_device(collate(split, indices, pad_id), device)
+        rows = indices if network is None else filled(indices, batch_size)
+        batch = _to_device(collate(split, rows, pad_id, network and network.max_length), device)
         with precision.autocast():
             inputs = {key: value for key, value in batch.items() if key != "labels"}
-            logits = classifier(**inputs).logits  # (B, num_labels), or (B, choices)
+            logits = (network or classifier)(**inputs).logits[: len(indices)]  # (B, num_labels), or (B, choices)
         order += indices
-        outputs.append(logits.float().cpu())
-    in_split_order = torch.empty_like(torch.cat(outputs))
-    in_split_order[torch.tensor(order)] = torch.cat(outputs)
+        outputs.append(logits.float())  # kept on the device: one copy to the host at the end, no wait a batch
+    every_output = torch.cat(outputs).cpu()
+    in_split_order = torch.empty_like(every_output)
+    in_split_order[torch.tensor(order)] = every_output
     if not torch.isfinite(in_split_order).all():
         raise CrammingError(f"{name}: the model's outputs on {split.source or 'its evaluation split'} are not finite "
                             "(the fine-tuning diverged); no score is reported")

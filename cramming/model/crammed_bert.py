@@ -107,6 +107,9 @@ class Encoder(nn.Module):
         # Layers that do not run (their input passes through): set by training techniques that shrink the
         # depth (progressive layer dropping, progressive stacking); empty otherwise and in every export.
         self.skip_layers: frozenset[int] = frozenset()
+        # False: a masked batch runs at its padded shape, as it does under torch.compile (static shapes, no
+        # host sync): what compiled GLUE fine-tuning runs, also when a test runs it eagerly.
+        self.unpad = True
         # transformers' gradient_checkpointing_enable() sets these two: recompute each layer in backward.
         self.gradient_checkpointing = False
         self._gradient_checkpointing_func = None
@@ -118,7 +121,7 @@ class Encoder(nn.Module):
         Padding costs no compute: with an attention_mask the batch runs unpadded (see _unpadded) and the
         padded positions of the output are zeros.
         """
-        mask, unpadded = self._key_mask(attention_mask), self._unpadded(attention_mask, positions)
+        mask, unpadded = self._key_mask(attention_mask), self._layout(attention_mask, positions)
         x = self.embeddings(input_ids, unpadded)  # (B, T, C), or (N, C)
         running = [layer for index, layer in enumerate(self.layer) if index not in self.skip_layers]
         for layer in running[:-1]:
@@ -132,7 +135,7 @@ class Encoder(nn.Module):
     def states(self, input_ids, attention_mask=None, eager: bool = False) -> EncoderStates:
         """The same computation as forward (all positions, every layer: skip_layers is for training),
         keeping every layer's output, and each layer's attention probabilities when `eager`."""
-        mask, unpadded = self._key_mask(attention_mask), self._unpadded(attention_mask, None)
+        mask, unpadded = self._key_mask(attention_mask), self._layout(attention_mask, None)
         hidden, attentions = [self.embeddings(input_ids, unpadded)], []
         for layer in self.layer:
             x, probs = self._run(layer, hidden[-1], mask, None, eager, unpadded)
@@ -146,6 +149,9 @@ class Encoder(nn.Module):
     def _key_mask(attention_mask):
         # Padding is masked out as keys; padded query rows still compute (no NaN) and are ignored downstream.
         return None if attention_mask is None else attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
+
+    def _layout(self, attention_mask, positions) -> Unpadded | None:
+        return self._unpadded(attention_mask, positions) if self.unpad else None
 
     @staticmethod
     def _unpadded(attention_mask, positions) -> Unpadded | None:

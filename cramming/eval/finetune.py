@@ -71,13 +71,15 @@ def _finetune(classifier, network: CompiledClassifier | None, train, evaluations
             step.run(state)
             scheduler.step()
             loss_sum += state.step_loss.float()
-        train_loss = (loss_sum / len(batches)).item()
+        train_loss = (loss_sum / len(batches)).item()  # waits for the epoch's last step
+        trained = time.perf_counter()
         scores = {
             name: evaluate(classifier, split, name, score, cfg.eval_batch_size, device, precision, pad_id, network)
             for name, split in evaluations.items()
         }
         seconds = time.perf_counter() - started
-        history.append({"epoch": epoch, "train_loss": train_loss, "scores": scores, "seconds": seconds})
+        history.append({"epoch": epoch, "train_loss": train_loss, "scores": scores, "seconds": seconds,
+                        "train_seconds": trained - started, "steps": len(batches)})
         log.info(
             "%s epoch %d/%d: train loss %.4f, %s (%.1f s)",
             describe, epoch, cfg.epochs, train_loss, metrics.format_scores(scores), seconds,

@@ -78,3 +78,43 @@ def test_the_sparse_matmul_benchmark_refuses_a_machine_without_sparse_tensor_cor
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip() == ("error: scripts/bench_sparse.py times torch.sparse's 2:4 kernels, which need an NVIDIA "
                                   "GPU of compute capability 8.0 or later (no CUDA GPU here)")
+
+
+GLUE_FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
+                "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
+TINY_SHAPE = ["--layers", "1", "--hidden", "32", "--heads", "2", "--intermediate", "64", "--vocab", "500"]
+
+
+@pytest.mark.slow
+def test_glue_protocol_projects_every_task_and_the_whole(tmp_path):
+    if not (SHARED_DATA / "glue" / "RTE").is_dir():
+        pytest.skip("GLUE TSV files not found")
+    run = subprocess.run([sys.executable, "scripts/bench_glue_protocol.py", "--glue-dir", str(SHARED_DATA / "glue"),
+                          "--steps", "2", "--device", "cpu", *TINY_SHAPE],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert "compiled: False; 2 steps of 16 a task" in run.stdout  # the CPU's default: eager
+    rows = dict(re.findall(rf"^\| ({'|'.join(GLUE_FOLDERS)}) \| (.*) \|$", run.stdout, re.M))
+    assert list(rows) == ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
+    present = [name for name in rows if (SHARED_DATA / "glue" / GLUE_FOLDERS[name] / "train.tsv").is_file()]
+    for name, cells in rows.items():
+        measured = name in present
+        assert cells.startswith("2 steps |" if measured else "no files: the others' mean pace"), (name, cells)
+    steps = {name: int(cells.split(" | ")[-2].replace(",", "")) for name, cells in rows.items()}
+    assert steps["rte"] == 5 * 156 and steps["mnli"] == 5 * 24_544  # 5 epochs of batches of 16 at the real size
+    seconds = [int(cells.split(" | ")[-1].replace(",", "")) for cells in rows.values()]
+    total = re.search(r"^whole protocol \(9 tasks, 5 epochs, one seed\): projected ([\d,.]+) minutes", run.stdout, re.M)
+    assert total and float(total[1].replace(",", "")) == pytest.approx(sum(seconds) / 60, abs=0.1 + 9 / 60)
+
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--glue-dir", "{tmp}"], "error: --glue-dir {tmp}: {tmp}/RTE/train.tsv not found (a classic GLUE TSV directory)"),
+    (["--steps", "0"], "error: --steps must be at least 1, got 0"),
+])
+def test_glue_protocol_bad_input_is_one_line(tmp_path, arguments, message):
+    arguments = [argument.format(tmp=tmp_path) for argument in arguments]
+    run = subprocess.run([sys.executable, "scripts/bench_glue_protocol.py", *arguments, "--device", "cpu"],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == message.format(tmp=tmp_path)

@@ -1,14 +1,15 @@
 """How long the whole GLUE protocol takes on this machine, projected from a short measured slice of each task.
 
     python scripts/bench_glue_protocol.py [--glue-dir ../shared/data/glue] [--ckpt <checkpoint>] [--steps 20]
-        [--compile auto|true|false] [--device auto] [--layers 2 --hidden 128 --heads 4 --intermediate 512]
+        [--tasks cola,sst2,...] [--compile auto|true|false] [--device auto]
+        [--layers 2 --hidden 128 --heads 4 --intermediate 512]
 
 Each task fine-tunes `--steps` steps of 16 of its own examples for two epochs and scores 2 x eval_batch_size
-dev examples after each: the first epoch compiles and warms up, the second is timed. The projection is 5 epochs
-at the task's real size (GLUE's published train and dev sizes) at the second epoch's pace, plus the first
-epoch's extra seconds once. A task whose files are missing here (QQP, MNLI and QNLI in a folder without their
-training files) is projected at the mean pace of the others and marked so. Without --ckpt, a crammed-bert of the
-given shape with random weights (speed does not depend on skill).
+dev examples after each: the first epoch compiles and warms up, the second is timed. The projection is 5
+epochs at the task's real size (GLUE's published train and dev sizes) at the second epoch's pace, plus the
+first epoch's extra seconds once. A task not measured (its files missing here, as QQP's, or MNLI's and QNLI's
+training files; or left out of --tasks) is projected at the mean pace of the measured ones, and marked so.
+Without --ckpt, a crammed-bert of the given shape with random weights (speed does not depend on skill).
 """
 
 import argparse
@@ -73,6 +74,8 @@ def main() -> None:
     parser.add_argument("--glue-dir", type=Path, default=Path("../shared/data/glue"))
     parser.add_argument("--ckpt", help="a checkpoint directory to fine-tune (default: random weights)")
     parser.add_argument("--steps", type=int, default=20, help="training steps a task's timed epoch runs")
+    parser.add_argument("--tasks", default=",".join(FULL_SIZES),
+                        help="the tasks to measure, comma-separated (the others are projected at their pace)")
     parser.add_argument("--compile", choices=list(COMPILE_CHOICES), default="auto",
                         help="eval.compile: auto compiles on a GPU only")
     parser.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda or cuda:<index>")
@@ -84,6 +87,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 1:
         raise CrammingError(f"--steps must be at least 1, got {args.steps}")
+    chosen = [name.strip() for name in args.tasks.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in FULL_SIZES]
+    if unknown or not chosen:
+        raise CrammingError(f"--tasks {args.tasks}: {', '.join(unknown) or 'none given'}; choose from "
+                            f"{', '.join(FULL_SIZES)}")
     if not (args.glue_dir / "RTE" / "train.tsv").is_file():
         raise CrammingError(f"--glue-dir {args.glue_dir}: {args.glue_dir / 'RTE' / 'train.tsv'} not found "
                             "(a classic GLUE TSV directory)")
@@ -102,10 +110,12 @@ def main() -> None:
               f"{cfg.batch_size} a task, timed in the second epoch", flush=True)
         started, rows = time.perf_counter(), {}
         for name in FULL_SIZES:
-            rows[name] = measure(name, encoder, cfg, args.steps, device, precision)
+            rows[name] = measure(name, encoder, cfg, args.steps, device, precision) if name in chosen else None
             if rows[name] is not None:
                 print(f"{name}: {rows[name]['step_s'] * 1000:.1f} ms a step", flush=True)
     measured = [row for row in rows.values() if row is not None]
+    if not measured:
+        raise CrammingError(f"--glue-dir {args.glue_dir} holds none of the tasks {', '.join(chosen)}")
     mean = {key: statistics.mean(row[key] for row in measured) for key in ("step_s", "eval_rate", "first_extra_s")}
     print("\n| task | measured | ms a step | steps/s | dev examples/s | first epoch's extra s | steps (5 epochs, "
           "real size) | projected s |")
@@ -116,7 +126,8 @@ def main() -> None:
         total += seconds
         steps = protocol.epochs * math.ceil(FULL_SIZES[name][0] / protocol.batch_size)
         if row is None:
-            print(f"| {name} | no files: the others' mean pace | | | | | {steps:,} | {seconds:,.0f} |")
+            why = "not measured" if name in chosen else "left out"
+            print(f"| {name} | {why}: the others' mean pace | | | | | {steps:,} | {seconds:,.0f} |")
         else:
             print(f"| {name} | {row['steps']} steps | {row['step_s'] * 1000:.1f} | "
                   f"{1 / row['step_s']:.1f} | {row['eval_rate']:.0f} | {row['first_extra_s']:.1f} | {steps:,} | "

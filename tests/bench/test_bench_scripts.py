@@ -99,7 +99,7 @@ def test_glue_protocol_projects_every_task_and_the_whole(tmp_path):
     present = [name for name in rows if (SHARED_DATA / "glue" / GLUE_FOLDERS[name] / "train.tsv").is_file()]
     for name, cells in rows.items():
         measured = name in present
-        assert cells.startswith("2 steps |" if measured else "no files: the others' mean pace"), (name, cells)
+        assert cells.startswith("2 steps |" if measured else "not measured: the others' mean pace"), (name, cells)
     steps = {name: int(cells.split(" | ")[-2].replace(",", "")) for name, cells in rows.items()}
     assert steps["rte"] == 5 * 156 and steps["mnli"] == 5 * 24_544  # 5 epochs of batches of 16 at the real size
     seconds = [int(cells.split(" | ")[-1].replace(",", "")) for cells in rows.values()]
@@ -111,6 +111,8 @@ def test_glue_protocol_projects_every_task_and_the_whole(tmp_path):
 @pytest.mark.parametrize("arguments, message", [
     (["--glue-dir", "{tmp}"], "error: --glue-dir {tmp}: {tmp}/RTE/train.tsv not found (a classic GLUE TSV directory)"),
     (["--steps", "0"], "error: --steps must be at least 1, got 0"),
+    (["--tasks", "rte,boolq"], "error: --tasks rte,boolq: boolq; choose from cola, sst2, mrpc, stsb, qqp, mnli, qnli, "
+                               "rte, wnli"),
 ])
 def test_glue_protocol_bad_input_is_one_line(tmp_path, arguments, message):
     arguments = [argument.format(tmp=tmp_path) for argument in arguments]
@@ -118,3 +120,13 @@ def test_glue_protocol_bad_input_is_one_line(tmp_path, arguments, message):
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip() == message.format(tmp=tmp_path)
+
+
+def test_the_gpu_glue_speed_script_wants_its_two_folders_and_has_help():
+    script = REPO_ROOT / "scripts" / "gpu_glue_speed.sh"
+    run = subprocess.run(["bash", str(script), "glue"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == f"error: give the GLUE TSV folder and the output folder (bash {script} --help)"
+    help_text = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert help_text.returncode == 0
+    assert "bash scripts/gpu_glue_speed.sh <GLUE TSV folder> <output folder>" in help_text.stdout

@@ -118,6 +118,30 @@ class RunFacts:
     validation_s: float = 0.0
     stop_detail: str | None = None
     step_timing: dict | None = None
+    # wall seconds outside the clock, by part: setup_s (data_s and microbatch_search_s within it) and
+    # after_training_s (from the loop's end to the record); validation_s and the loop's own are the others
+    outside_parts: dict | None = None
+
+
+def outside_training(facts: RunFacts) -> dict | None:
+    """Where the wall seconds outside the budget clock went, this process: the set-up before the loop (of
+    which preparing or opening the data, and the microbatch search), the validations (the clock paused), the
+    loop's start and end off the clock (callbacks' on_train_start and on_train_end: the final checkpoint, the
+    last records and plots; with a simulated clock, also its difference from the wall, either sign), and the
+    time from the loop's end to this record."""
+    if facts.outside_parts is None:
+        return None
+    parts = facts.outside_parts
+    named = {
+        "setup_s": parts["setup_s"],
+        "data_s": parts["data_s"],
+        "microbatch_search_s": parts["microbatch_search_s"],
+        "validation_s": facts.validation_s,
+        "after_training_s": parts["after_training_s"],
+    }
+    total = facts.session_wall_s - facts.session_training_s
+    start_and_end = total - named["setup_s"] - named["validation_s"] - named["after_training_s"]
+    return {key: round(value, 3) for key, value in {**named, "loop_start_and_end_s": start_and_end}.items()}
 
 
 def build_summary(facts: RunFacts) -> dict:
@@ -149,6 +173,7 @@ def build_summary(facts: RunFacts) -> dict:
         "compile_s": round(compiled, 3) if compiled is not None else None,  # estimate, this process only
         "time_shares": time_shares(step_timing) if step_timing else None,
         "outside_training_s": round(facts.session_wall_s - facts.session_training_s, 3),  # this process: data, search, setup
+        "outside_training": outside_training(facts),
         "lost_to_crashes_s": round(progress["lost_to_crashes"], 3),  # charged on resumes (heartbeat.json)
         "peak_memory_gb": round(facts.peak_memory, 3),
         "energy_wh": round(facts.energy_wh, 3) if facts.energy_wh is not None else None,  # NVML, this process only

@@ -121,6 +121,7 @@ class Run:
     wall_budget: float  # seconds of this rank's training
     flops_per_token: float
     started: float  # time.perf_counter() when set-up began
+    setup_parts: dict[str, float]  # wall seconds of the set-up's long parts: data_s, microbatch_search_s
 
     def __str__(self) -> str:
         settings, parameters = self.settings, sum(parameter.numel() for parameter in self.model.parameters())
@@ -149,7 +150,9 @@ def build_run(cfg, dist: Distributed, start: RunStart) -> Run:
     torch.manual_seed(cfg.train.seed)
     prepare_device(settings.device)
     handoff = NodeHandoff(Path(cfg.cache_dir), dist)
+    preparing = time.perf_counter()
     dataset = _prepared_dataset(cfg, handoff)  # before the collective part: it may take hours
+    data_s = time.perf_counter() - preparing
     dist.join(settings.device)
     handoff.remove()
     check_technique_inputs(cfg)  # again on the data now prepared (a teacher's tokenizer), before the run folder exists
@@ -165,8 +168,10 @@ def build_run(cfg, dist: Distributed, start: RunStart) -> Run:
     prepare_model(techniques, model)  # e.g. activation checkpointing, fp8
     optimizer = wrap_optimizer(techniques, build_pretraining_optimizer(model, cfg.train.optim))  # e.g. offload
     scaler = settings.precision.grad_scaler()
+    searched = time.perf_counter()
     settings, microbatch_source = choose_microbatch(cfg, settings, dist, model, vocab_size, seq_length, saved,
                                                     extra_memory(techniques, model))
+    setup_parts = {"data_s": data_s, "microbatch_search_s": time.perf_counter() - searched}
     fingerprint = resume_fingerprint(cfg, settings.microbatch_size, dist.world_size)
     progress = Progress()
     if checkpoint:
@@ -185,7 +190,7 @@ def build_run(cfg, dist: Distributed, start: RunStart) -> Run:
     flops_per_token = training_flops_per_token(cfg.arch, vocab_size, seq_length, cfg.train.mlm_rate)
     return Run(cfg, dist, settings, microbatch_source, techniques, dataset, tokenizer, model, optimizer, scaler,
                fingerprint, progress, checkpoint, saved, run_dir, run_provenance, present, wall_budget,
-               flops_per_token, started)
+               flops_per_token, started, setup_parts)
 
 
 def train_run(run: Run, callbacks: list[Callback], zero_shot: Callable | None, start: RunStart) -> Trained:
@@ -235,6 +240,7 @@ def train_run(run: Run, callbacks: list[Callback], zero_shot: Callable | None, s
 
     stop_reason, summary = "error", None
     start.done()
+    loop_began = loop_ended = time.perf_counter()
     try:
         # Ctrl-C / SIGTERM: stop after the step with a checkpoint, then leave the run's record; a second signal,
         # while training or while the record is written, exits at once
@@ -243,6 +249,7 @@ def train_run(run: Run, callbacks: list[Callback], zero_shot: Callable | None, s
                 with logging_redirect_tqdm() if bar else contextlib.nullcontext():  # log lines above a progress bar
                     stop_reason = run_loop(state, step, agreement, schedule, callbacks,
                                            sequences * dataset.seq_length)
+                loop_ended = time.perf_counter()
                 _release_network(step)
                 dist.leave()  # the last collective is behind: rank 0's record (plots, summary) waits for no one
             except (NonFiniteLossError, NonFiniteWeightsError) as error:
@@ -259,6 +266,9 @@ def train_run(run: Run, callbacks: list[Callback], zero_shot: Callable | None, s
                 for progress_bar in bar:
                     progress_bar.close()
                 if dist.is_main and stop_reason != "write failed":
+                    loop_ended = loop_ended if loop_ended > loop_began else time.perf_counter()
+                    outside_parts = {**run.setup_parts, "setup_s": loop_began - run.started,
+                                     "after_training_s": time.perf_counter() - loop_ended}
                     summary = leave_record(RunFacts(
                         records=[], stop_reason=stop_reason, progress=vars(progress), budget_hours=cfg.budget,
                         wall_budget=clock.budget_seconds, session_training_s=progress.elapsed - clock.elapsed_before,
@@ -268,7 +278,8 @@ def train_run(run: Run, callbacks: list[Callback], zero_shot: Callable | None, s
                         provenance=run.provenance,
                         microbatch={"size": settings.microbatch_size, "source": run.microbatch_source},
                         held_out_rows=dataset.held_out_rows, validation_s=clock.paused_seconds,
-                        stop_detail=stopping.early_stop, step_timing=step.timing), run_dir, logger, wandb)
+                        stop_detail=stopping.early_stop, step_timing=step.timing, outside_parts=outside_parts),
+                        run_dir, logger, wandb)
         if stop_reason == "interrupted":
             written = f"checkpoint {checkpointer.newest}" if checkpointer.newest else "no checkpoint yet"
             raise Interrupted(f"stopped at step {progress.step}; {written}; to go on, run the same command with "

@@ -106,6 +106,12 @@ def test_quickstart_leaves_summary_plots_and_a_wandb_run_and_two_runs_overlay(sh
     assert facts["training_s"] >= budget_hours * 3600 and facts["budget_used_fraction"] == 1.0
     assert facts["mean_tokens_per_s"] == pytest.approx(facts["tokens"] / facts["training_s"], rel=1e-3)
     assert facts["outside_training_s"] > 0 and facts["peak_memory_gb"] > 0.05
+    outside = facts["outside_training"]  # its parts: set-up (data and the search in it), validations, the end
+    assert outside["validation_s"] == facts["validation"]["seconds"] > 0
+    assert 0 < outside["data_s"] + outside["microbatch_search_s"] <= outside["setup_s"]
+    assert outside["after_training_s"] >= 0 and outside["loop_start_and_end_s"] > 0  # the final checkpoint
+    parts = ("setup_s", "validation_s", "loop_start_and_end_s", "after_training_s")
+    assert sum(outside[part] for part in parts) == pytest.approx(facts["outside_training_s"], abs=0.005)
     assert facts["mean_mfu"] is None and facts["energy_wh"] is None  # the cpu: no peak FLOP/s, no NVML
     made_by = facts["provenance"]  # what produced the run, also in every checkpoint's config.json
     assert made_by["cramming"] == cramming.__version__ and made_by["python"] == platform.python_version()

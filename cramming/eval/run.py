@@ -13,6 +13,7 @@ import torch
 from cramming.device import prepare_device
 from cramming.errors import CrammingError
 from cramming.eval.batching import subset
+from cramming.eval.compiled import compiles
 from cramming.eval.config import protocol_deviations
 from cramming.eval.encoders import PretrainedEncoder, open_encoder
 from cramming.eval.finetune import evaluate, finetune
@@ -92,6 +93,7 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path,
         "runtime": {
             "device": str(device),
             "precision": precision.name,
+            "compiled": compiles(cfg.compile, device),  # eval.compile (cramming.eval.compiled)
             "torch": torch.__version__,
         },
         "provenance": provenance(device),  # what ran the fine-tuning

@@ -43,6 +43,7 @@ def test_eval_glue_runs_one_task_on_a_tiny_checkpoint(rte_checkpoint, tmp_path):
     assert results["tasks"]["rte"]["eval_examples"] == {"rte": 277}
     assert set(results["protocol_deviations"]) == {"epochs", "max_train_examples"}
     assert results["provenance"]["packages"]["torch"] and results["provenance"]["device"]["type"] in ("cpu", "cuda")
+    assert results["runtime"]["compiled"] is (results["provenance"]["device"]["type"] == "cuda")  # eval.compile null
     assert results["checkpoint_provenance"] is None  # this checkpoint was saved without one (not by pretrain.py)
     report = (tmp_path / "glue_results.md").read_text()
     assert "| model | MNLI (m/mm) | SST-2 | STSB | RTE | QNLI | QQP | MRPC | CoLA | Average |" in report
@@ -54,6 +55,7 @@ def test_eval_glue_runs_one_task_on_a_tiny_checkpoint(rte_checkpoint, tmp_path):
     [  # one case as a real subprocess, the other through the same main() in this process (tests/commands.py)
         (["ckpt=does/not/exist"], "error: ckpt=does/not/exist: no such directory", True),
         (["eval.tasks=[rte,cola2]"], "error: unknown GLUE task 'cola2'; known tasks: cola, sst2, mrpc,", False),
+        (["eval.compile=maybe"], "error: eval.compile=maybe: Value 'maybe' is not a valid bool", False),
     ],
 )
 def test_bad_input_ends_in_one_line(rte_checkpoint, tmp_path, overrides, message, real):

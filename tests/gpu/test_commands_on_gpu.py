@@ -75,6 +75,7 @@ def test_eval_glue_scores_a_checkpoint_on_the_gpu(tmp_path):
     (results_file,) = (tmp_path / "out").rglob("glue_results.json")
     results = json.loads(results_file.read_text())
     assert results["provenance"]["device"]["type"] == "cuda"
+    assert results["runtime"]["compiled"] is True  # eval.compile's default on a GPU
     assert 0 <= results["scores"]["rte"]["accuracy"] <= 100
 
 

@@ -40,3 +40,39 @@ def test_the_default_step_makes_no_host_sync_on_the_gpu(tmp_path, monkeypatch, p
     run_dir = pretrain(cfg, callbacks=[NanLossAt(3)])
     assert guarded == [2, 3, 4, 5, 6]
     assert summary(run_dir)["nonfinite_skipped"] == 1
+
+
+def test_the_compiled_fine_tuning_step_makes_no_host_sync_on_the_gpu(tmp_path, monkeypatch):
+    """GLUE's fine-tuning as eval.compile's default runs it on a GPU: compiled, static widths. Every sentence has
+    the same width, so the graphs exist after the first step; the steps after it run in error mode."""
+    from cramming.eval.batching import EncodedSplit
+    from cramming.eval.encoders import open_encoder
+    from cramming.eval.finetune import finetune
+    from cramming.eval.tasks.registry import GlueConfig, task_named
+    from cramming.gradient_step import Precision
+    from tests.eval.conftest import make_checkpoint
+
+    texts = [f"The cat number {i} sat on the mat." for i in range(64)]
+    encoder = open_encoder(str(make_checkpoint(tmp_path / "ckpt", texts, vocab_size=100)), 0.1)
+    rows = encoder.tokenizer(texts)["input_ids"]
+    train = EncodedSplit(rows, torch.arange(64) % 2, "the test's rows")
+    guarded, run = [], Step.run
+
+    def run_in_error_mode(step, state, *args):
+        if not guarded:
+            guarded.append("compiled")
+            return run(step, state, *args)
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            run(step, state, *args)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        guarded.append(state.step_loss.shape)
+
+    monkeypatch.setattr(Step, "run", run_in_error_mode)
+    device, task = torch.device("cuda"), task_named("rte")
+    cfg = GlueConfig(epochs=1)  # eval.compile null: compiled on the GPU
+    history = finetune(task.model(encoder, cfg.dropout, 0), train, {}, cfg, device,
+                       Precision.resolve("auto", device, "eval.precision"), 0, encoder.tokenizer.pad_token_id, "rte",
+                       task.score)
+    assert len(guarded) == 4 and len(history) == 1  # 64 rows: the first step compiled, three guarded

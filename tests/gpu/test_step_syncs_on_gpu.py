@@ -2,6 +2,8 @@
 the device inside the step (cramming.gradient_step.Step.run) raises. The first step is left out (it allocates
 the optimizer state)."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -10,6 +12,16 @@ from cramming.train.callbacks import Callback
 from cramming.pretraining import pretrain
 from tests.gpu.conftest import STEPS, TINY_GPU_RUN, summary
 from tests.train.runs import compose_config
+
+
+@contextlib.contextmanager
+def sync_errors():
+    """CUDA's sync debug mode "error" inside: a call that makes the host wait for the device raises."""
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
 
 
 class NanLossAt(Callback):
@@ -27,11 +39,8 @@ def test_the_default_step_makes_no_host_sync_on_the_gpu(tmp_path, monkeypatch, p
     def run_in_error_mode(step, state, *args):
         if state.progress.step == 0:
             return run(step, state, *args)
-        torch.cuda.set_sync_debug_mode("error")
-        try:
+        with sync_errors():
             run(step, state, *args)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
         guarded.append(state.progress.step + 1)
 
     monkeypatch.setattr(Step, "run", run_in_error_mode)
@@ -62,11 +71,8 @@ def test_the_compiled_fine_tuning_step_makes_no_host_sync_on_the_gpu(tmp_path, m
         if not guarded:
             guarded.append("compiled")
             return run(step, state, *args)
-        torch.cuda.set_sync_debug_mode("error")
-        try:
+        with sync_errors():
             run(step, state, *args)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
         guarded.append(state.step_loss.shape)
 
     monkeypatch.setattr(Step, "run", run_in_error_mode)

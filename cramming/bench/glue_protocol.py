@@ -1,13 +1,13 @@
 """How long the whole GLUE protocol takes on this machine, projected from a short measured slice of each task.
 
     python scripts/bench_glue_protocol.py [--glue-dir ../shared/data/glue] [--ckpt <checkpoint>] [--steps 20]
-        [--tasks cola,sst2,...] [--compile auto|true|false] [--device auto]
+        [--tasks cola,sst2,...] [--repeats 3] [--dropout 0.1] [--compile auto|true|false] [--device auto]
         [--layers 2 --hidden 128 --heads 4 --intermediate 512]
 
-Each task fine-tunes `--steps` steps of 16 of its own examples for two epochs and scores 2 x eval_batch_size
-dev examples after each: the first epoch compiles and warms up, the second is timed. The projection is 5
-epochs at the task's real size (GLUE's published train and dev sizes) at the second epoch's pace, plus the
-first epoch's extra seconds once. A task not measured (its files missing here, as QQP's, or MNLI's and QNLI's
+Each task fine-tunes `--steps` steps of 16 of its own examples for 1 + `--repeats` epochs and scores
+2 x eval_batch_size dev examples after each: the first epoch compiles and warms up, the others are timed, and
+their medians are reported. The projection is 5 epochs at the task's real size (GLUE's published train and dev
+sizes) at the median pace, plus the first epoch's extra seconds once. A task not measured (its files missing here, as QQP's, or MNLI's and QNLI's
 training files; or left out of --tasks) is projected at the mean pace of the measured ones, and marked so.
 Without --ckpt, a crammed-bert of the given shape with random weights (speed does not depend on skill).
 """
@@ -42,8 +42,9 @@ COMPILE_CHOICES = {"auto": None, "true": True, "false": False}
 
 
 def measure(name: str, encoder, cfg: GlueConfig, steps: int, device, precision) -> dict | None:
-    """One task's slice: s/step and dev examples/s of the timed (second) epoch, and the first epoch's extra
-    seconds (compilation, warm-up). None when this machine lacks the task's files."""
+    """One task's slice: the median s/step and dev examples/s of the timed epochs (all but the first), and the
+    first epoch's extra seconds over the median (compilation, warm-up). None when this machine lacks the task's
+    files."""
     task = task_named(name)
     try:
         data = task.load(cfg.data_dir, cfg.max_malformed_fraction)
@@ -53,12 +54,13 @@ def measure(name: str, encoder, cfg: GlueConfig, steps: int, device, precision) 
     train = subset(task.encode(data.train, encoder.tokenizer, cfg.max_length), steps * cfg.batch_size)
     evaluation = subset(task.encode(dev, encoder.tokenizer, cfg.max_length), 2 * cfg.eval_batch_size)
     classifier = task.model(encoder, cfg.dropout, 0)
-    first, timed = finetune(classifier, train, {"dev": evaluation}, cfg, device, precision, 0,
-                            encoder.tokenizer.pad_token_id, name, task.score)
-    eval_seconds = timed["seconds"] - timed["train_seconds"]
-    return {"steps": timed["steps"], "step_s": timed["train_seconds"] / timed["steps"],
-            "eval_rate": len(evaluation) / eval_seconds,
-            "first_extra_s": max(0.0, first["seconds"] - timed["seconds"])}
+    first, *timed = finetune(classifier, train, {"dev": evaluation}, cfg, device, precision, 0,
+                             encoder.tokenizer.pad_token_id, name, task.score)
+    return {"steps": first["steps"],
+            "step_s": statistics.median(epoch["train_seconds"] / epoch["steps"] for epoch in timed),
+            "eval_rate": statistics.median(len(evaluation) / (epoch["seconds"] - epoch["train_seconds"])
+                                           for epoch in timed),
+            "first_extra_s": max(0.0, first["seconds"] - statistics.median(epoch["seconds"] for epoch in timed))}
 
 
 def projected(measured: dict, name: str, epochs: int, batch_size: int) -> float:
@@ -74,6 +76,9 @@ def main() -> None:
     parser.add_argument("--glue-dir", type=Path, default=Path("../shared/data/glue"))
     parser.add_argument("--ckpt", help="a checkpoint directory to fine-tune (default: random weights)")
     parser.add_argument("--steps", type=int, default=20, help="training steps a task's timed epoch runs")
+    parser.add_argument("--repeats", type=int, default=3, help="timed epochs after the first; medians reported")
+    parser.add_argument("--dropout", type=float, default=GlueConfig().dropout,
+                        help="eval.dropout (default: the protocol's)")
     parser.add_argument("--tasks", default=",".join(FULL_SIZES),
                         help="the tasks to measure, comma-separated (the others are projected at their pace)")
     parser.add_argument("--compile", choices=list(COMPILE_CHOICES), default="auto",
@@ -85,8 +90,10 @@ def main() -> None:
     parser.add_argument("--intermediate", type=int, default=512)
     parser.add_argument("--vocab", type=int, default=4096)
     args = parser.parse_args()
-    if args.steps < 1:
-        raise CrammingError(f"--steps must be at least 1, got {args.steps}")
+    if args.steps < 1 or args.repeats < 1:
+        raise CrammingError(f"--steps and --repeats must be at least 1, got {args.steps} and {args.repeats}")
+    if not 0 <= args.dropout < 1:
+        raise CrammingError(f"--dropout must be in [0, 1), got {args.dropout}")
     chosen = [name.strip() for name in args.tasks.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in FULL_SIZES]
     if unknown or not chosen:
@@ -98,7 +105,8 @@ def main() -> None:
     device = resolve_device(args.device, "--device")
     prepare_device(device)
     precision = Precision.resolve("auto", device, "precision")
-    cfg = GlueConfig(data_dir=str(args.glue_dir), epochs=2, compile=COMPILE_CHOICES[args.compile])
+    cfg = GlueConfig(data_dir=str(args.glue_dir), epochs=1 + args.repeats, dropout=args.dropout,
+                     compile=COMPILE_CHOICES[args.compile])
     protocol = GlueConfig()
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = args.ckpt or str(make_checkpoint(Path(tmp) / "checkpoint", args.glue_dir, args))
@@ -106,8 +114,8 @@ def main() -> None:
         where = (torch.cuda.get_device_name(device) if device.type == "cuda"
                  else f"{torch.get_num_threads()} CPU threads")
         what = args.ckpt or f"random {args.layers} layers x {args.hidden}"
-        print(f"{what}, {where}, {precision.name}, compiled: {compiles(cfg.compile, device)}; {args.steps} steps of "
-              f"{cfg.batch_size} a task, timed in the second epoch", flush=True)
+        print(f"{what}, {where}, {precision.name}, compiled: {compiles(cfg.compile, device)}, dropout {cfg.dropout}; "
+              f"{args.steps} steps of {cfg.batch_size} a task, medians of {args.repeats} timed epochs", flush=True)
         started, rows = time.perf_counter(), {}
         for name in FULL_SIZES:
             rows[name] = measure(name, encoder, cfg, args.steps, device, precision) if name in chosen else None

@@ -1,5 +1,6 @@
 """Fine-tune one fresh classifier on one task with the global hyperparameters, scoring every epoch."""
 
+import contextlib
 import logging
 import math
 import time
@@ -39,10 +40,9 @@ def finetune(
     (eval.compile, cramming.eval.compiled), the batches are padded to static widths.
     """
     classifier.to(device)
-    if not compiles(cfg.compile, device):
-        return _finetune(classifier, None, train, evaluations, cfg, device, precision, seed, pad_id, describe, score)
-    with fresh_graphs():
-        network = CompiledClassifier(classifier, (cfg.batch_size, cfg.eval_batch_size), cfg.max_length)
+    compiled, batch_sizes = compiles(cfg.compile, device), (cfg.batch_size, cfg.eval_batch_size)
+    with fresh_graphs() if compiled else contextlib.nullcontext():
+        network = CompiledClassifier(classifier, batch_sizes, cfg.max_length) if compiled else None
         return _finetune(classifier, network, train, evaluations, cfg, device, precision, seed, pad_id, describe,
                          score)
 
@@ -59,13 +59,12 @@ def _finetune(classifier, network: CompiledClassifier | None, train, evaluations
     step = Step(network or classifier, optimizer, precision.grad_scaler(), precision, iter(()), judge=None)
     state = StepState(model=classifier, device=device)
 
-    history = []
+    history, static_up_to = [], network and network.max_length
     for epoch in range(1, cfg.epochs + 1):
         started = time.perf_counter()
         classifier.train()
         loss_sum = torch.zeros((), device=device)
         batches = training_batches(train, cfg.batch_size, generator, cfg.length_bucketing)
-        static_up_to = network and network.max_length
         step.batches = (collate(train, indices, pad_id, static_up_to) for indices in batches)
         for _ in batches:
             step.run(state)

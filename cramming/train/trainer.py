@@ -240,7 +240,7 @@ def train_run(run: Run, callbacks: list[Callback], zero_shot: Callable | None, s
 
     stop_reason, summary = "error", None
     start.done()
-    loop_began = loop_ended = time.perf_counter()
+    loop_began, loop_ended = time.perf_counter(), None
     try:
         # Ctrl-C / SIGTERM: stop after the step with a checkpoint, then leave the run's record; a second signal,
         # while training or while the record is written, exits at once
@@ -266,9 +266,9 @@ def train_run(run: Run, callbacks: list[Callback], zero_shot: Callable | None, s
                 for progress_bar in bar:
                     progress_bar.close()
                 if dist.is_main and stop_reason != "write failed":
-                    loop_ended = loop_ended if loop_ended > loop_began else time.perf_counter()
+                    after_loop = time.perf_counter() - (loop_ended or time.perf_counter())  # 0 if the loop raised
                     outside_parts = {**run.setup_parts, "setup_s": loop_began - run.started,
-                                     "after_training_s": time.perf_counter() - loop_ended}
+                                     "after_training_s": after_loop}
                     summary = leave_record(RunFacts(
                         records=[], stop_reason=stop_reason, progress=vars(progress), budget_hours=cfg.budget,
                         wall_budget=clock.budget_seconds, session_training_s=progress.elapsed - clock.elapsed_before,

@@ -93,7 +93,7 @@ def test_glue_protocol_projects_every_task_and_the_whole(tmp_path):
                           "--steps", "2", "--device", "cpu", *TINY_SHAPE],
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
-    assert "compiled: False; 2 steps of 16 a task" in run.stdout  # the CPU's default: eager
+    assert "compiled: False, dropout 0.1; 2 steps of 16 a task, medians of 3 timed epochs" in run.stdout  # the CPU's default
     rows = dict(re.findall(rf"^\| ({'|'.join(GLUE_FOLDERS)}) \| (.*) \|$", run.stdout, re.M))
     assert list(rows) == ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
     present = [name for name in rows if (SHARED_DATA / "glue" / GLUE_FOLDERS[name] / "train.tsv").is_file()]
@@ -110,7 +110,8 @@ def test_glue_protocol_projects_every_task_and_the_whole(tmp_path):
 
 @pytest.mark.parametrize("arguments, message", [
     (["--glue-dir", "{tmp}"], "error: --glue-dir {tmp}: {tmp}/RTE/train.tsv not found (a classic GLUE TSV directory)"),
-    (["--steps", "0"], "error: --steps must be at least 1, got 0"),
+    (["--steps", "0"], "error: --steps and --repeats must be at least 1, got 0 and 3"),
+    (["--dropout", "1"], "error: --dropout must be in [0, 1), got 1.0"),
     (["--tasks", "rte,boolq"], "error: --tasks rte,boolq: boolq; choose from cola, sst2, mrpc, stsb, qqp, mnli, qnli, "
                                "rte, wnli"),
 ])

@@ -22,7 +22,7 @@ RECOMPILE_LIMIT = 32
 
 def compiles(setting: bool | None, device: torch.device) -> bool:
     """eval.compile: null compiles on a GPU only. On the CPU, inductor's fine-tuning step measured slower than
-    the eager one (docs/glue.md), and each graph takes tens of seconds to build."""
+    the eager one (docs/benchmarks.md), and each graph takes tens of seconds to build."""
     return device.type == "cuda" if setting is None else setting
 
 

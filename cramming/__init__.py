@@ -44,8 +44,8 @@ def compose_config(config_name: str, overrides: list[str]):
     other commands' work (the GPU check runs the benchmark, pretraining and GLUE; the golden runs compose
     pretraining). Inside a running Hydra app the global Hydra already holds configs/ and initializing it
     again fails ("GlobalHydra is already initialized"); outside one it is initialized for the call."""
-    from hydra import compose, initialize_config_dir  # here: `import cramming` does not pay for Hydra
-    from hydra.core.global_hydra import GlobalHydra
+    from hydra import compose, initialize_config_dir  # noqa: PLC0415 -- `import cramming` does not pay for Hydra
+    from hydra.core.global_hydra import GlobalHydra  # noqa: PLC0415 -- as above
 
     overrides = as_group_choices(overrides)
     if GlobalHydra.instance().is_initialized():

@@ -14,8 +14,12 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from cramming import compose_config
+from cramming.data.prepare import prepare_dataset
 from cramming.files import read_json_object, write_atomically
 from cramming.model.checkpoint import load_pretrained
+from cramming.pretraining import PretrainConfig, pretrain  # noqa: F401  (PretrainConfig registers the schemas)
+from cramming.train.validation import validate
 
 PRETRAIN_FILE, GLUE_FILE = "pretrain-tiny.json", "glue-rte-subset.json"
 CHECKED_STEPS = (1, 5, 10, 20, 30, 40, 50, 60)
@@ -40,7 +44,8 @@ def synthetic_corpus(documents: int = 10000, seed: int = 0) -> str:
         for _ in range(rng.randint(3, 8)):
             words = rng.choices(lexicon, weights)
             for _ in range(rng.randint(4, 12)):
-                following = rng.choice(successors[words[-1]]) if rng.random() < 0.7 else rng.choices(lexicon, weights)[0]
+                following = (rng.choice(successors[words[-1]]) if rng.random() < 0.7
+                             else rng.choices(lexicon, weights)[0])
                 words.append(following)
             sentences.append(" ".join(words).capitalize() + rng.choice(".....!?"))
         paragraphs.append(" ".join(sentences))
@@ -63,12 +68,6 @@ def run_pretraining(workdir: Path, extra_overrides: tuple[str, ...] = ()) -> tup
     """The golden pretraining in this process (with `extra_overrides`, a deliberately changed one, or a
     shorter train.max_steps): its numbers (losses at the CHECKED_STEPS it reached, validation loss, norm of
     the final weights) and final checkpoint."""
-    from cramming import compose_config
-    from cramming.data.prepare import prepare_dataset
-    from cramming.pretraining import PretrainConfig  # noqa: F401  (registers the schemas)
-    from cramming.pretraining import pretrain
-    from cramming.train.validation import validate
-
     corpus = workdir / "corpus.txt"
     if not corpus.exists():  # written once per workdir: its prepared dataset is then reused from the cache
         corpus.write_text(synthetic_corpus())
@@ -94,7 +93,7 @@ def glue_overrides(glue_dir: Path) -> dict:
 def run_glue_subset(checkpoint: Path, glue_dir: Path, workdir: Path, changes: dict | None = None) -> dict:
     """RTE on a fixed 256-example training subset, 2 epochs, seed 0 (with `changes` to the eval config, a
     deliberately changed one): the accuracy and the training losses."""
-    from cramming.eval.run import run_glue
+    from cramming.eval.run import run_glue  # noqa: PLC0415 -- transformers: only when the GLUE subset runs
 
     results = run_glue({**glue_overrides(glue_dir), **(changes or {})}, checkpoint, workdir / "glue")
     epochs = results["tasks"]["rte"]["seeds"]["0"]

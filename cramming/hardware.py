@@ -10,8 +10,9 @@ from typing import Optional
 
 import torch
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
+from cramming import CONFIG_DIR
 from cramming.errors import CrammingError
 
 log = logging.getLogger(__name__)
@@ -104,16 +105,12 @@ def model_flops_utilization(tokens_per_second: float, flops_per_token: float, pe
 def known_profiles() -> dict[str, GpuProfile]:
     """Every profile in configs/gpu (except auto), checked against the schema. Read once while the files are
     unchanged (a run asks four times, at about 30 ms a read on a CPU); each caller gets its own copies."""
-    from cramming import CONFIG_DIR
-
     files = tuple((path, path.stat().st_mtime_ns) for path in sorted((CONFIG_DIR / "gpu").glob("*.yaml")))
     return copy.deepcopy(_read_profiles(files))
 
 
 @functools.lru_cache(maxsize=1)
 def _read_profiles(files: tuple[tuple[Path, int], ...]) -> dict[str, GpuProfile]:
-    from omegaconf import OmegaConf
-
     profiles = {}
     for path, _ in files:
         settings = OmegaConf.load(path)

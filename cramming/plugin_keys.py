@@ -36,5 +36,6 @@ def with_settings(schema: type, section: str, settings: Iterable[Setting]) -> ty
     under that section added as fields, in the order given; its name, docstring and module stay the schema's."""
     fields = [setting.as_field() for setting in settings if setting.section == section]
     combined = dataclasses.make_dataclass(schema.__name__, fields, bases=(schema,))
-    combined.__doc__, combined.__module__, combined.__qualname__ = schema.__doc__, schema.__module__, schema.__qualname__
+    combined.__doc__, combined.__module__ = schema.__doc__, schema.__module__
+    combined.__qualname__ = schema.__qualname__
     return combined

@@ -13,25 +13,44 @@ records, one microbatch forward and backward of the real model on the real devic
 where the run compiles), and the plan: budget and end time, tokens and steps, passes over the data, checkpoints
 and their disk, and what runs at the end. Exit 2 with every problem listed; else 0, saying "cleanly" only when
 nothing is left unchecked and nothing to warn of, and otherwise listing what it could not check and its warnings.
+One concept, the check of a run before it starts, kept whole so that everything it checks is listed in one file.
 """
 
 import dataclasses
 import json
 import logging
+import netrc
 import os
 import shutil
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 from omegaconf import OmegaConf
 
+from cramming.data import store
+from cramming.data.first_look import data_problems
+from cramming.data.mlm import synthetic_mlm_batch
+from cramming.data.prepare import dataset_folder, first_look_before_preparing
+from cramming.data.sources import source_from_config
 from cramming.errors import CrammingError, problems_of, raise_problems, size_text
+from cramming.eval.start import check_glue_after_pretraining
+from cramming.eval.tasks.registry import as_glue_config, requested_tasks
 from cramming.hardware import budget_seconds
+from cramming.model import build_mlm_model
+from cramming.model.config import as_model_config
+from cramming.pretraining import check_pretrain_config
 from cramming.train.data_repeats import MANY_EPOCHS
-from cramming.train.stopping import simulated_microbatch_seconds
-from cramming.train.techniques import check_technique_inputs
+from cramming.train.distributed import Distributed
+from cramming.train.loop import Schedule
+from cramming.train.microbatch import choose_microbatch
+from cramming.train.optimizers import NAMES
+from cramming.train.progress import simulated_microbatch_seconds
+from cramming.train.reporting import format_duration
+from cramming.train.settings import device_profile, resolve_settings
+from cramming.train.techniques import check_on_device, check_technique_inputs
 
 log = logging.getLogger("pretrain")
 
@@ -42,8 +61,6 @@ HUB_OFFLINE = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
 
 def run_problems(cfg) -> list[str]:
     """Every problem a run of `cfg` would meet that can be known before it starts, one line each."""
-    from cramming.pretraining import check_pretrain_config
-
     main = int(os.environ.get("RANK", "0")) == 0  # only rank 0 runs GLUE at the end and writes to disk
     problems = problems_of(lambda: check_pretrain_config(cfg), simulated_microbatch_seconds,
                            lambda: check_wandb_login(cfg.wandb.mode), *([lambda: check_end_of_run(cfg)] * main))
@@ -58,10 +75,6 @@ def look_at_data(cfg, hub: bool = False) -> list[str]:
     """Data the run will prepare, judged before it is (cramming.data.first_look): its files and what the
     filters and the vocabulary keep of its first records; with hub=True (preflight) also a hub corpus's or a
     pretrained tokenizer's, which only the network tells. Returns what could not be judged."""
-    from cramming.data.first_look import data_problems
-    from cramming.data.prepare import first_look_before_preparing
-    from cramming.data.sources import source_from_config
-
     data = OmegaConf.to_object(cfg.data) if OmegaConf.is_config(cfg.data) else cfg.data
     source = source_from_config(data)
     if source.kind == "hub" or data.tokenizer.kind == "pretrained":
@@ -88,9 +101,6 @@ def check_run(cfg) -> None:
 def device_and_budget(cfg):
     """The device the profile names, its precision, the techniques that need a device, and the wall budget
     (budget_scaling=peak needs the peak FLOP/s of the profile and of the device)."""
-    from cramming.train.settings import device_profile, resolve_settings
-    from cramming.train.techniques import check_on_device
-
     settings = resolve_settings(cfg, int(os.environ.get("LOCAL_RANK", "0")))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     check_on_device(cfg, settings.device, settings.compile, settings.precision.name, world_size)
@@ -103,9 +113,6 @@ def check_wandb_login(mode: str) -> None:
     first log line after the data is prepared."""
     if mode != "online" or os.environ.get("WANDB_API_KEY"):
         return
-    import netrc
-    from urllib.parse import urlparse
-
     host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
     try:
         entry = netrc.netrc(os.environ.get("NETRC")).authenticators(host)
@@ -122,9 +129,6 @@ def check_end_of_run(cfg) -> None:
     file, the tasks' files)."""
     if cfg.eval is None:
         return
-    from cramming.eval.start import check_glue_after_pretraining
-    from cramming.eval.tasks.registry import as_glue_config
-
     eval_cfg = as_glue_config(cfg.eval)
     raise_problems(problems_of(lambda: check_glue_after_pretraining(eval_cfg, cfg.arch, cfg.data.tokenizer.vocab_size),
                                lambda: check_glue_data(eval_cfg)))
@@ -135,8 +139,7 @@ def check_glue_data(eval_cfg, folder_key: str = "eval.data_dir") -> None:
     its start; a task without files is said now and skipped then), or downloads allowed where it is null."""
     if eval_cfg is None:
         return
-    from cramming.eval.run import load_task_data
-    from cramming.eval.tasks.registry import as_glue_config, requested_tasks
+    from cramming.eval.run import load_task_data  # noqa: PLC0415 -- transformers: pretrain.py starts without it
 
     cfg = as_glue_config(eval_cfg)
     tasks = requested_tasks(cfg)
@@ -166,10 +169,6 @@ def disk_needs(cfg) -> list[DiskNeed]:
 def _dataset_need(cfg) -> DiskNeed:
     """An estimate from the source's text size: 2 bytes a token at about 4 characters a token (a hub corpus:
     unknown until it is read, beside its download in the hub's cache)."""
-    from cramming.data import store
-    from cramming.data.prepare import dataset_folder
-    from cramming.data.sources import source_from_config
-
     data = OmegaConf.to_object(cfg.data) if OmegaConf.is_config(cfg.data) else cfg.data
     where = Path(os.path.expanduser(str(cfg.cache_dir)))
     source = source_from_config(data)
@@ -192,10 +191,6 @@ def _dataset_need(cfg) -> DiskNeed:
 def _checkpoints_need(cfg) -> DiskNeed:
     """The checkpoints on disk at once: keep_last step checkpoints, the one being written before the oldest
     goes, final, and every keep_at; each the fp32 weights and the optimizer's state."""
-    from cramming.model import build_mlm_model
-    from cramming.model.config import as_model_config
-    from cramming.train.optimizers import NAMES
-
     where = Path(os.path.expanduser(str(cfg.output_dir)))
     try:
         with torch.device("meta"):  # the shapes without the memory
@@ -292,12 +287,7 @@ TRIAL_MICROBATCHES = 3
 def trial_microbatch(cfg, settings) -> Trial:
     """Forward and backward of the real model on the real device at the planned microbatch (the GPU's automatic
     search included), compiled if the run compiles; synthetic tokens: the work depends on shapes, not text."""
-    from cramming.data.mlm import synthetic_mlm_batch
-    from cramming.gradient_step import backward
-    from cramming.model import build_mlm_model
-    from cramming.model.config import as_model_config
-    from cramming.train.distributed import Distributed
-    from cramming.train.microbatch import choose_microbatch
+    from cramming.engine.step import backward  # noqa: PLC0415 -- a test replaces cramming.engine.step.backward
 
     vocab_size, seq_length = cfg.data.tokenizer.vocab_size, cfg.data.seq_length
     model = build_mlm_model(as_model_config(cfg.arch), vocab_size).to(settings.device)
@@ -332,8 +322,6 @@ def trial_microbatch(cfg, settings) -> Trial:
 def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed]) -> list[str]:
     """The run in a few lines: what, where, how long (`seconds` of wall budget, None where the device is not
     known), how much, and what follows it."""
-    from cramming.train.reporting import format_duration
-
     data = cfg.data
     lines = [f"plan: {cfg.arch.name} on gpu={cfg.gpu.name}, data={data.source}, {data.tokenizer.kind} vocabulary "
              f"{data.tokenizer.vocab_size}, sequences of {data.seq_length}"]
@@ -392,8 +380,6 @@ def _expected(cfg, trial: Trial, seconds: float) -> tuple[float, int]:
 def _simulated(cfg, trial: Trial, seconds: float) -> tuple[float, int, list[tuple[float, int, float]]]:
     """The run at the trial's speed: its tokens, its optimizer steps, and (f, sequences per step, lr) at each
     step, the schedules driven as the loop drives them (cramming.train.loop.Schedule)."""
-    from cramming.train.loop import Schedule
-
     schedule = Schedule(cfg.train, trial.microbatch_size)
     microbatches = seconds / trial.seconds_after
     per_microbatch = trial.microbatch_size * cfg.data.seq_length

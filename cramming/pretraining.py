@@ -15,6 +15,7 @@ from omegaconf import MISSING, OmegaConf
 
 from cramming.data.sources import DataConfig, check_data_config
 from cramming.errors import problems_of, raise_problems, require
+from cramming.eval.probe import ZeroShotProbe
 from cramming.eval.tasks.registry import GlueConfig, as_glue_config, check_glue_config
 from cramming.hardware import GpuProfile
 from cramming.model.config import ModelConfig, as_model_config
@@ -110,9 +111,7 @@ ConfigStore.instance().store(name="pretrain_schema", node=PretrainConfig)
 def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
     """Check the config, train under the budget, then (eval=glue, on rank 0) score the final checkpoint on GLUE;
     returns the run directory (with checkpoints/final on success). callbacks: as cramming.train.trainer.train."""
-    # here: the trainer's and the probe's imports (matplotlib, the scorers) cost a second at every command start
-    from cramming.eval.probe import ZeroShotProbe
-    from cramming.train.trainer import train
+    from cramming.train.trainer import train  # noqa: PLC0415 -- matplotlib: a second at every command start
 
     check_pretrain_config(cfg)
     trained = train(cfg, callbacks, zero_shot=ZeroShotProbe)
@@ -127,8 +126,8 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
 
 def evaluate_on_glue(cfg, trained: "Trained") -> None:
     """eval=glue: score the final checkpoint on GLUE (outside the budget); the score joins the summary."""
-    from cramming.eval.run import run_glue  # here: fine-tuning's imports (transformers) cost seconds at every start
-    from cramming.train.summary import write_summary
+    from cramming.eval.run import run_glue  # noqa: PLC0415 -- fine-tuning's transformers: seconds at every start
+    from cramming.train.summary import write_summary  # noqa: PLC0415 -- matplotlib: not at every command start
 
     run_dir, summary = trained.run_dir, trained.summary
     log.info("GLUE evaluation of the final checkpoint (outside the budget)")

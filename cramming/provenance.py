@@ -12,6 +12,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+import pynvml
 import torch
 
 import cramming
@@ -65,8 +66,6 @@ def device_description(device: torch.device) -> dict:
     described = {"type": "cuda", "name": torch.cuda.get_device_name(device), "driver": None,
                  "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
     try:
-        import pynvml
-
         pynvml.nvmlInit()
         described["driver"] = pynvml.nvmlSystemGetDriverVersion()
         pynvml.nvmlShutdown()

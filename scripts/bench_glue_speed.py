@@ -1,4 +1,5 @@
-"""GLUE fine-tuning speed with and without unpadding, side by side in one process (the work: cramming.bench.glue_speed)."""
+"""GLUE fine-tuning speed with and without unpadding, side by side in one process (the work:
+cramming.bench.glue_speed)."""
 
 from cramming.bench.glue_speed import main
 

@@ -50,7 +50,7 @@ def session_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def shared_cache(session_cache, monkeypatch) -> Path:
-    """One dataset cache for the whole session, also exported for subprocesses: for runs that only read
+    """One dataset cache for the whole test session, also exported for subprocesses: for runs that only read
     their prepared data, so each dataset is prepared once, not once a test. A test of the cache itself
     (preparing, reusing, damage) takes the fresh `cache_dir` instead."""
     monkeypatch.setenv("CRAMMING_CACHE", str(session_cache))

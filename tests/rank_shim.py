@@ -51,7 +51,7 @@ def slow_down(module_name: str, function_name: str, seconds: float) -> None:
 def count_loop_syncs(path: str) -> None:
     """The training loop runs inside the host-sync counter; each step's entry notes the count so far, so the
     differences are the syncs of one iteration (the step, its callbacks, the decision to go on)."""
-    from cramming import gradient_step
+    from cramming.engine import step as gradient_step
     from cramming.bench.host_sync import HostSyncCounter
     from cramming.train import loop
 

@@ -17,8 +17,8 @@ LAYERS = (
     ("preflight",),
     ("pretraining",),
     ("train", "eval"),
-    ("gradient_step", "model"),
-    ("data", "device", "schedules", "adamw", "hardware", "runs", "provenance"),
+    ("engine", "model"),
+    ("data", "hardware", "runs", "provenance"),
     ("cramming",),  # the package's own __init__: its version and where configs/ is
     ("files", "threads", "library_noise", "plugin_keys"),
     ("errors",),
@@ -55,7 +55,8 @@ def import_graph() -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
-                    base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], *filter(None, [base])])
+                    kept = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*kept, *filter(None, [base])])
                 names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
             else:
                 continue
@@ -126,46 +127,74 @@ def test_training_and_evaluation_do_not_import_each_other():
     assert across == []
 
 
-# What a reader of the step need not open: the callbacks' own bodies (the named points: metrics, checkpoints,
-# validation, techniques), the model (its forward) and the data (a batch's production).
-NOT_THE_STEP = ("cramming/model/", "cramming/data/", "cramming/files.py", "cramming/train/reporting.py",
-                "cramming/train/checkpointing.py", "cramming/train/validation.py", "cramming/train/plots.py",
-                "cramming/train/telemetry.py", "cramming/train/summary.py", "cramming/train/data_repeats.py",
-                "cramming/train/techniques/")
+# What a reader of the step need not open: the model (its forward) and the data (a batch's production).
+NOT_THE_STEP = ("cramming/model/", "cramming/data/")
 
 
-def test_a_pretraining_step_reads_in_six_files(tmp_path, monkeypatch):
-    """Every file of the package whose code runs while the loop trains, from run_loop to the optimizer's update,
-    outside NOT_THE_STEP: a reader follows a step through these files and no others."""
+def files_a_step_runs(tmp_path, monkeypatch) -> tuple[set[str], set[str]]:
+    """The package's files whose code runs inside pretraining's steps (Step.run, rank 0, a real run), outside
+    NOT_THE_STEP: those of the step itself, and apart from them those of the bodies behind its named points
+    (cramming.train.loop.PretrainingHooks, the callbacks and rules it calls)."""
     import sys
 
+    from cramming.engine.step import Step, StepHooks
     from cramming.pretraining import pretrain
-    from cramming.train import trainer
+    from cramming.train import resume
+    from cramming.train.loop import PretrainingHooks
     from tests.train.runs import STEP_RUN, compose_config
 
-    files, inside_skipped = set(), [0]
+    hook_bodies = {getattr(PretrainingHooks, name).__code__ for name in vars(StepHooks)
+                   if callable(getattr(StepHooks, name)) and not name.startswith("_")}
+    step_files, hook_files, depth = set(), set(), {"skipped": 0, "hooks": 0}
 
     def profile(frame, event, arg):
         path = frame.f_code.co_filename
         if event not in ("call", "return") or f"{PACKAGE}/" not in path:
             return
         relative = "cramming/" + path.removeprefix(f"{PACKAGE}/")
-        if event == "return":
-            inside_skipped[0] = max(0, inside_skipped[0] - 1) if inside_skipped[0] else 0
-        elif inside_skipped[0] or relative.startswith(NOT_THE_STEP):
-            inside_skipped[0] += 1
-        else:
-            files.add(relative)
+        entering = event == "call"
+        if frame.f_code in hook_bodies:
+            depth["hooks"] += 1 if entering else -1
+        if relative.startswith(NOT_THE_STEP) or depth["skipped"]:
+            depth["skipped"] += 1 if entering else -1
+        elif entering:
+            (hook_files if depth["hooks"] else step_files).add(relative)
 
-    def profiled_loop(*args, **kwargs):
+    def profiled_run(*args, **kwargs):
         sys.setprofile(profile)
         try:
-            return run_loop(*args, **kwargs)
+            return run(*args, **kwargs)
         finally:
             sys.setprofile(None)
 
-    run_loop = trainer.run_loop
-    monkeypatch.setattr(trainer, "run_loop", profiled_loop)
+    run = Step.run
+    monkeypatch.setattr(Step, "run", profiled_run)
+    # the heartbeat writes at every microbatch, not by the clock
+    monkeypatch.setattr(resume, "HEARTBEAT_INTERVAL_S", 0.0)
     pretrain(compose_config(STEP_RUN + ["train.max_steps=2", f"output_dir={tmp_path}"]))
-    assert files == {"cramming/train/loop.py", "cramming/schedules.py", "cramming/train/callbacks.py",
-                     "cramming/train/stopping.py", "cramming/gradient_step.py", "cramming/train/distributed.py"}
+    return step_files, hook_files
+
+
+def test_a_pretraining_step_reads_top_to_bottom_in_three_files(tmp_path, monkeypatch):
+    """A reader follows a step in Step.run and the two files it calls into (the precision's autocast, the
+    learning rate set on the optimizer), the model and the data aside; pretraining's own rules act at the
+    step's named points, from the files listed second."""
+    step_files, hook_files = files_a_step_runs(tmp_path, monkeypatch)
+    assert step_files == {"cramming/engine/step.py", "cramming/engine/precision.py", "cramming/engine/schedules.py"}
+    assert hook_files == {"cramming/train/loop.py", "cramming/train/callbacks.py", "cramming/train/stopping.py",
+                          "cramming/train/nonfinite.py", "cramming/train/resume.py", "cramming/train/progress.py",
+                          "cramming/files.py"}
+
+
+def test_the_step_is_handed_no_function_to_call_back():
+    """What differs between trainers reaches the step as one StepHooks object with named points, not as
+    functions passed in from above."""
+    import inspect
+    import typing
+
+    from cramming.engine.step import Step
+
+    hints = typing.get_type_hints(Step.__init__)
+    passed_functions = [name for name in inspect.signature(Step.__init__).parameters
+                        if "Callable" in str(hints.get(name, ""))]
+    assert passed_functions == []

@@ -139,8 +139,10 @@ CASES = [  # (command, arguments, what the one line must contain)
     # paths this process may not write in
     ("pretrain", [*TINY, "output_dir={readonly}/out"], "output_dir={readonly}/out: cannot write in {readonly}"),
     ("pretrain", [*TINY, "cache_dir={readonly}/cache"], "cache_dir={readonly}/cache: cannot write in {readonly}"),
-    ("prepare_data", ["data=embedded", "cache_dir={readonly}/cache"], "cache_dir={readonly}/cache: cannot write in {readonly}"),
-    ("eval_glue", ["ckpt={good}", "output_dir={readonly}/glue"], "output_dir={readonly}/glue: cannot write in {readonly}"),
+    ("prepare_data", ["data=embedded", "cache_dir={readonly}/cache"],
+     "cache_dir={readonly}/cache: cannot write in {readonly}"),
+    ("eval_glue", ["ckpt={good}", "output_dir={readonly}/glue"],
+     "output_dir={readonly}/glue: cannot write in {readonly}"),
     ("export", ["ckpt={good}", "out={readonly}/hf"], "out={readonly}/hf: cannot write in {readonly}"),
     # optimizer, schedule and budget outside their domains: refused before any data is prepared
     ("pretrain", [*TINY, "train.optim.lr=0"], "train.optim.lr=0.0 must be positive and finite"),
@@ -192,7 +194,8 @@ CASES = [  # (command, arguments, what the one line must contain)
      "that run's train.seed=0 differs from this one's (7)"),
     ("pretrain", [*TINY, "train.sparsity.method=lottery", "train.sparsity.ticket={nan}"],
      "is not the final checkpoint of a finished run"),
-    ("pretrain", [*TINY, "checkpoint.keep_at=[1.5]"], "checkpoint.keep_at=[1.5] must hold progress fractions in [0, 1)"),
+    ("pretrain", [*TINY, "checkpoint.keep_at=[1.5]"],
+     "checkpoint.keep_at=[1.5] must hold progress fractions in [0, 1)"),
     ("pretrain", [*TINY, "train.sparsity.method=rigl", "train.sparsity.density=1"],
      "train.sparsity.density=1.0 must be in (0, 1)"),
     ("pretrain", [*TINY, "train.optim.name=sophia", "impl.compile=true"],
@@ -297,7 +300,8 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("eval_glue", ["ckpt=hf:someone/not-on-this-machine", "output_dir={root}/g"],
      "ckpt=hf:someone/not-on-this-machine: cannot load it ("),
     ("eval_glue", ["ckpt=hf:", "output_dir={root}/g"], "ckpt=hf:: name a hub model (e.g. hf:bert-base-uncased)"),
-    ("eval_glue", ["ckpt=hf:{good}", "output_dir={root}/g"], "ckpt=hf:{good}: this is one of our checkpoints; score it with ckpt={good} (without hf:)"),
+    ("eval_glue", ["ckpt=hf:{good}", "output_dir={root}/g"],
+     "ckpt=hf:{good}: this is one of our checkpoints; score it with ckpt={good} (without hf:)"),
     ("eval_glue", ["output_dir={root}/g"], "ckpt is required: add ckpt=... to the command"),
     ("eval_glue", ["ckpt=latest", "runs_dir={corpus}", "output_dir={root}/g"], "ckpt=latest: no run with a complete "
                                                                                "checkpoint"),
@@ -339,7 +343,9 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("export", ["ckpt={good}", "out={good}"], "export into the checkpoint directory itself"),
     ("export", ["ckpt={root}", "out={root}/hf"], "not a complete checkpoint"),
     # ablate
-    ("ablate", ["sweep=nope", "output_dir={root}/ab"], "unknown sweep=nope; choose one of data, distillation, ema, lottery, modern-bert, optimizers, recipes, recipes-20min, recipes-gpu, schedules, smoke, techniques"),
+    ("ablate", ["sweep=nope", "output_dir={root}/ab"],
+     "unknown sweep=nope; choose one of data, distillation, ema, lottery, modern-bert, optimizers, recipes, "
+     "recipes-20min, recipes-gpu, schedules, smoke, techniques"),
     ("ablate", ["output_dir={root}/ab"], "You must specify 'sweep', e.g, sweep=<OPTION>"),
     ("ablate", ["sweep=smoke", "sweep.runs.lion=['budget=2']", "output_dir={root}/ab"],
      "run lion sets budget=2; the budget belongs in `base`"),

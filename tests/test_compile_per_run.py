@@ -44,9 +44,9 @@ def compiled_graphs(monkeypatch) -> list[bool]:
 
 @pytest.mark.slow
 def test_ten_compiled_runs_in_one_process_are_each_compiled(compiled_graphs, shared_cache, tmp_path, simulated_clock):
-    """Ten models in one process, as in a sweep: before the reset the ninth and tenth ran eagerly (dynamo's
-    recompile limit spent on the first eight); now each run compiles its own static graph. On the simulated
-    clock the budget buys each run the same two steps."""
+    """Ten models in one process, as in a sweep: each run compiles its own static graph. Without the reset at
+    each run's start the ninth and tenth would run eagerly (dynamo's recompile limit spent on the first
+    eight). On the simulated clock the budget buys each run the same two steps."""
     budget_hours = 2 * simulated_clock / 3600 * 0.9  # two microbatches of simulated time, and no third
     steps = []
     for number, (layers, heads) in enumerate(SHAPES):

@@ -27,7 +27,8 @@ def quickstart(tmp_path: Path, prefix: list[str], **env: str) -> tuple[str, dict
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2, reason="needs taskset, 2 cores")
+@pytest.mark.skipif(shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs taskset, 2 cores")
 def test_one_allowed_core_means_one_thread(tmp_path, shared_cache):
     console, device = quickstart(tmp_path, ["taskset", "-c", "0"])
     assert "cpu: 1 torch thread (1 usable core(s); OMP_NUM_THREADS=<n> sets it)" in console

@@ -1,7 +1,7 @@
 """One device rule for every command, checked without a GPU: with torch.cuda patched to report one H100,
 each command's own entry point (its main(), as `python <command>` runs it) must hand
-`torch.cuda.set_device` an index — the first H100 run found `eval_glue.py`, the benchmark, the calculator's
-fit and the GPU check handing it an index-less `cuda` device, which torch rejects.
+`torch.cuda.set_device` an index, not an index-less `cuda` device, which torch rejects: on a real GPU,
+`eval_glue.py`, the benchmark, the calculator's fit or the GPU check would crash there.
 
 The patched set_device checks its argument as torch does, records it and stops the command there: past
 that point the command would need a real GPU."""
@@ -16,7 +16,7 @@ import torch
 from hydra.core.global_hydra import GlobalHydra
 
 from cramming.cli import benchmark, calculator, eval_glue, gpu_check, pretrain
-from cramming.device import prepare_device, resolve_device
+from cramming.engine.device import prepare_device, resolve_device
 from tests.eval.conftest import make_checkpoint
 
 

@@ -1,34 +1,57 @@
-"""The one training step's mechanics (cramming.gradient_step), shared by pretraining, GLUE fine-tuning and the
+"""The one training step's mechanics (cramming.engine.step), shared by pretraining, GLUE fine-tuning and the
 benchmark: a non-finite step changes nothing, with and without a fused optimizer; the fused one skips it on the
-device; the recipe's AdamW is the file pretraining reads; the benchmark's timed step runs these mechanics."""
+device; a step the budget ends early averages the microbatches it ran; the recipe's AdamW is the file pretraining
+reads; the benchmark's timed step runs the same step."""
+
+import itertools
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 from cramming import CONFIG_DIR, compose_config
-from cramming.adamw import build_optimizer, recipe_adamw
+from cramming.engine.adamw import build_optimizer, recipe_adamw
 from cramming.bench.host_sync import no_host_sync
 from cramming.bench.timing import TimedStep
 from cramming.data.mlm import synthetic_mlm_batch
-from cramming.gradient_step import apply_update, backward, gradient_finite, gradient_norm, skips_on_device
-from cramming.gradient_step import Precision
+from cramming.engine.step import Step, StepHooks, StepState, skips_on_device
+from cramming.engine.precision import Precision
 from cramming.model import ModelConfig, build_mlm_model
 from cramming.train.optimizers import build_pretraining_optimizer
 
 TINY = ModelConfig(name="tiny", num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64)
 FP32 = Precision("fp32", "cpu")
+CPU = torch.device("cpu")
+
+
+class Recorded(StepHooks):
+    """The plain step's hooks, noting the optimizer-step points and, with `poison`, making every loss NaN."""
+
+    def __init__(self, poison: bool = False):
+        self.poison, self.called = poison, []
+
+    def after_forward(self, state, batch, loss, output):
+        return loss * float("nan") if self.poison else loss
+
+    def before_optimizer_step(self, state):
+        self.called.append("before")
+
+    def after_optimizer_step(self, state):
+        self.called.append("after")
 
 
 def trained_once(fused: bool):
-    """A tiny model after one applied step (so the optimizer has state), its optimizer and scaler."""
+    """A tiny model after one applied step (so the optimizer has state), its optimizer and a step maker."""
     torch.manual_seed(0)
     model = build_mlm_model(TINY, 200)
-    optimizer, scaler = build_optimizer(model, lr=1e-3, betas=(0.9, 0.98), eps=1e-12, weight_decay=0.01,
-                                        fused=fused), FP32.grad_scaler()
-    backward(model, synthetic_mlm_batch(4, 32, 200, 0.25), FP32, scaler)
-    apply_update(optimizer, scaler, torch.tensor(True))
-    return model, optimizer, scaler
+    optimizer = build_optimizer(model, lr=1e-3, betas=(0.9, 0.98), eps=1e-12, weight_decay=0.01, fused=fused)
+    scaler, batches = FP32.grad_scaler(), itertools.repeat(synthetic_mlm_batch(4, 32, 200, 0.25))
+
+    def step(hooks: StepHooks | None = None, **options) -> Step:
+        return Step(model, optimizer, scaler, FP32, batches, hooks=hooks, grad_clip=0.5, **options)
+
+    step().run(StepState(model=model, device=CPU))
+    return model, optimizer, step
 
 
 def snapshot(model, optimizer) -> list[torch.Tensor]:
@@ -38,41 +61,62 @@ def snapshot(model, optimizer) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("fused", [True, False])
 def test_a_non_finite_step_changes_neither_weights_nor_optimizer_state(fused):
-    model, optimizer, scaler = trained_once(fused)
+    model, optimizer, step = trained_once(fused)
     assert skips_on_device(optimizer) is fused
-    before = snapshot(model, optimizer)
-    loss = backward(model, synthetic_mlm_batch(4, 32, 200, 0.25), FP32, scaler,
-                    on_output=lambda output: output.loss * float("nan"))
-    norm = gradient_norm(optimizer, scaler, model.parameters(), 0.5)
-    finite = torch.isfinite(loss) & gradient_finite(norm, scaler)
-    called = []
-    apply_update(optimizer, scaler, finite, before=lambda: called.append("before"), after=lambda: called.append("after"))
-    assert not finite and torch.isnan(norm)
+    before, hooks, state = snapshot(model, optimizer), Recorded(poison=True), StepState(model=model, device=CPU)
+    step(hooks).run(state)
+    assert not state.step_finite and torch.isnan(state.grad_norm)
     assert all(torch.equal(a, b) for a, b in zip(before, snapshot(model, optimizer)))
     assert all(p.grad is None for p in model.parameters())
-    # the fused kernel skips on the device, so the callbacks around the update run; the others return early
-    assert called == (["before", "after"] if fused else [])
+    # the fused kernel skips on the device, so the hooks around the update run; the others return early
+    assert hooks.called == (["before", "after"] if fused else [])
 
 
 def test_the_fused_skip_makes_no_host_sync_and_a_finite_step_applies():
-    model, optimizer, scaler = trained_once(fused=True)
-    before = snapshot(model, optimizer)
+    model, optimizer, step = trained_once(fused=True)
+    before, state = snapshot(model, optimizer), StepState(model=model, device=CPU, lr=2e-3)
     with no_host_sync():
-        loss = backward(model, synthetic_mlm_batch(4, 32, 200, 0.25), FP32, scaler)
-        norm = gradient_norm(optimizer, scaler, model.parameters(), 0.5)
-        apply_update(optimizer, scaler, torch.isfinite(loss) & gradient_finite(norm, scaler))
+        step().run(state)
     after = snapshot(model, optimizer)
     assert not any(torch.equal(a, b) for a, b in zip(before[:2], after[:2]))
     assert not hasattr(optimizer, "found_inf")  # the flag does not outlive the step
+    assert optimizer.param_groups[0]["lr"] == 2e-3  # the step sets the learning rate it is given
 
 
-def test_without_a_flag_the_update_always_applies():
-    """GLUE fine-tuning's use: no skip (only an fp16 scaler's own), no clipping."""
-    model, optimizer, scaler = trained_once(fused=True)
-    before = snapshot(model, optimizer)
-    backward(model, synthetic_mlm_batch(4, 32, 200, 0.25), FP32, scaler)
-    apply_update(optimizer, scaler)
+def test_without_the_skip_the_update_always_applies_and_nothing_is_measured():
+    """GLUE fine-tuning's use: no skip (only an fp16 scaler's own), no clipping, no gradient norm."""
+    model, optimizer, step = trained_once(fused=True)
+    before, state = snapshot(model, optimizer), StepState(model=model, device=CPU)
+    plain = Step(model, optimizer, FP32.grad_scaler(), FP32, step().batches, skip_nonfinite=False)
+    plain.run(state)
+    assert state.grad_norm is None and state.step_finite is None
     assert not torch.equal(before[0], next(model.parameters()))
+
+
+def test_a_step_the_budget_ends_early_runs_fewer_microbatches_as_their_mean():
+    """another_microbatch (pretraining: the budget) ends a step of 3 planned microbatches after 2; their
+    gradients count as a mean over those 2, as the step's loss does."""
+
+    class TwoOnly(StepHooks):
+        def __init__(self):
+            self.ran = 0
+
+        def another_microbatch(self, state):
+            return self.ran < 2
+
+        def after_microbatch(self, state):
+            self.ran += 1
+
+    model, optimizer, step = trained_once(fused=True)
+    state = StepState(model=model, device=CPU, accumulate=3)
+    step(TwoOnly()).run(state, update=False)
+    gradient = [p.grad.clone() for p in model.parameters()]
+    single = StepState(model=model, device=CPU)
+    model.zero_grad(set_to_none=True)
+    step().run(single, update=False)  # the same batch each time: the mean of two is one microbatch's
+    assert state.step_microbatches == 2
+    assert torch.allclose(state.step_loss, single.step_loss)
+    assert all(torch.allclose(a, p.grad, atol=1e-6) for a, p in zip(gradient, model.parameters()))
 
 
 def test_the_recipe_adamw_is_the_one_pretraining_builds_from_its_config_file():
@@ -96,7 +140,8 @@ def test_the_timed_step_skips_a_non_finite_step_as_training_does():
     step = TimedStep(model, synthetic_mlm_batch(4, 32, 200, 0.25), FP32, torch.device("cpu"))
     step.step()
     with torch.no_grad():
-        model.bert.embeddings.word_embeddings.weight[0, 0] = float("nan")  # the tied decoder's logits, the loss and every gradient turn NaN
+        # the tied decoder's logits, the loss and every gradient turn NaN
+        model.bert.embeddings.word_embeddings.weight[0, 0] = float("nan")
         assert torch.isnan(model(**step.batch).loss)
     before = snapshot(model, step.optimizer)
     step.step()

@@ -85,7 +85,8 @@ def test_multirun_runs_each_job_in_its_own_numbered_directory_and_ablate_tables_
     table = command("ablate", f"multirun={sweep}", cwd=tmp_path)
     assert table.returncode == 0, table.stderr
     assert f"Sweep `multirun {sweep.name}`; every run: `--config-name quickstart {NO_PROBE}`." in table.stdout
-    assert "| budget=0.0003 | `budget=0.0003` |" in table.stdout and "| budget=0.0004 | `budget=0.0004` |" in table.stdout
+    assert ("| budget=0.0003 | `budget=0.0003` |" in table.stdout
+            and "| budget=0.0004 | `budget=0.0004` |" in table.stdout)
     assert (sweep / "ablations.md").is_file() and (sweep / "loss_overlay.png").is_file()
 
 
@@ -128,15 +129,15 @@ def group_options(group: str) -> str:
     ("pretrain", ["arch=schema"], f"error: unknown arch=schema; choose one of {group_options('arch')}", False),
     ("pretrain", ["+arch=bert-base"], "error: +arch=bert-base: arch is a group of pretrain.py already; choose with "
                                       "arch=bert-base", False),
-    ("pretrain", ["eval=null"], "error: eval=null: leave a group out with ~eval, or choose one of glue, race, superglue",
-     False),
+    ("pretrain", ["eval=null"], "error: eval=null: leave a group out with ~eval, or choose one of glue, race, "
+                                "superglue", False),
     ("eval_glue", ["ckpt=x", "arch=bert-base"], "error: arch=bert-base: eval_glue.py has no config group arch (its "
                                                 "groups: eval); here the model is the checkpoint's (ckpt=); arch is a "
                                                 "group of pretrain.py and scripts/benchmark.py: python pretrain.py "
                                                 "arch=bert-base", True),
     ("export", ["ckpt=a", "out=b", "train=quick"], "error: train=quick: scripts/export.py has no config group train "
-                                                   "(it has none); here the model is the checkpoint's (ckpt=); train is "
-                                                   "a group of pretrain.py: python pretrain.py train=quick", False),
+                                                   "(it has none); here the model is the checkpoint's (ckpt=); train "
+                                                   "is a group of pretrain.py: python pretrain.py train=quick", False),
     ("ablate", ["optim=lion"], "error: optim=lion: scripts/ablate.py has no config group optim (its groups: sweep); "
                                "optim is a group of pretrain.py: python pretrain.py optim=lion", False),
 ])

@@ -50,7 +50,8 @@ def gpus(monkeypatch):
      "error: gpu=a100 needs a CUDA GPU and none is available; use gpu=cpu or gpu=auto"),
     (1, ["--nproc_per_node=2", PRETRAIN, "budget=24", "gpu=h100"],
      "error: --nproc_per_node=2: each process trains on a GPU of its own and this machine has 1"),
-    (0, ["--nproc_per_node=gpu", PRETRAIN, "budget=24", "gpu=a100"], "error: --nproc_per_node=gpu: Cuda is not available."),
+    (0, ["--nproc_per_node=gpu", PRETRAIN, "budget=24", "gpu=a100"],
+     "error: --nproc_per_node=gpu: Cuda is not available."),
     (1, ["--nproc_per_node=1", PRETRAIN, "budget=24", "gpu=h100", "optim=lionn"],
      f"error: unknown optim=lionn; choose one of {', '.join(sorted(NAMES))} — did you mean lion?"),
 ])

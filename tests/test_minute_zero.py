@@ -1,8 +1,8 @@
 """Every setting a run will read is checked before it trains: the end-of-run GLUE's keys, the data's files and what
 its filters and vocabulary keep, a teacher's or a ticket's vocabulary, the environment; each refused in one line
 at the start (exit 2, no traceback, no step, nothing written) through `python pretrain.py`, and listed by
-`preflight=true`, which never calls a run clean that is not. Settings that trained something else than asked with
-exit 0 now train what was asked or say so at the start."""
+`preflight=true`, which never calls a run clean that is not. Settings that could train something else than
+asked train what was asked or say so at the start."""
 
 import gzip
 import json
@@ -189,8 +189,8 @@ def test_an_export_into_a_folder_with_files_is_refused_unless_told_to_overwrite(
 
 
 def test_records_without_text_are_counted_as_dropped(inputs, cache_dir):
-    run = in_subprocess("prepare_data", "data=local", f"data.files={inputs['records']}", "data.tokenizer.vocab_size=100",
-                        f"cache_dir={cache_dir}")
+    run = in_subprocess("prepare_data", "data=local", f"data.files={inputs['records']}",
+                        "data.tokenizer.vocab_size=100", f"cache_dir={cache_dir}")
     assert run.returncode == 0, run.stderr
     (meta,) = cache_dir.glob("data/*/meta.json")
     documents = json.loads(meta.read_text())["documents"]

@@ -93,7 +93,7 @@ def test_a_budget_run_stops_on_its_budget(long_run, shared_cache, tmp_path, simu
 def test_the_microbatch_trial_step_runs_at_512(monkeypatch):
     """The search's trial (a real forward and backward, torch.cuda's memory gauges stood in for) on
     modern-bert-tiny's 512-token rows with their 128 masked positions."""
-    from cramming.gradient_step import Precision
+    from cramming.engine.precision import Precision
     from cramming.model import build_mlm_model
     from cramming.train.microbatch import cuda_step
     from tests.model.conftest import arch_config

@@ -1,7 +1,7 @@
-"""A run fails at its start, never at its end (cramming.preflight): each problem that used to surface after data
-preparation or after training is now one line and exit 2 before any data, device or output work, through the
-command line (pretrain.py, a -m sweep, scripts/ablate.py, scripts/launch.py); and `preflight=true` checks it all,
-tries one microbatch and prints the plan, writing nothing."""
+"""A run fails at its start, never at its end (cramming.preflight): each problem that would otherwise surface
+after data preparation or after training is one line and exit 2 before any data, device or output work,
+through the command line (pretrain.py, a -m sweep, scripts/ablate.py, scripts/launch.py); and
+`preflight=true` checks it all, tries one microbatch and prints the plan, writing nothing."""
 
 import os
 import shutil
@@ -35,7 +35,7 @@ def started_nothing(run, output_dir, cache_dir) -> None:
 
 
 def late_failures(tmp_path) -> list:
-    """(what used to fail late, overrides, environment, words of the one line)."""
+    """(what would otherwise fail late, overrides, environment, words of the one line)."""
     empty_glue = tmp_path / "no-glue"
     empty_glue.mkdir()
     free = shutil.disk_usage(tmp_path).free
@@ -146,14 +146,14 @@ def test_the_preflight_lists_every_problem(tmp_path, cache_dir, monkeypatch):
 
 def test_a_microbatch_that_does_not_fit_is_named(monkeypatch):
     """The GPU's out-of-memory, which a CPU cannot produce on demand, raised by the trial's backward."""
-    import cramming.gradient_step
+    import cramming.engine.step
     from cramming import compose_config
     from cramming.preflight import device_and_budget, trial_microbatch
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(cramming.gradient_step, "backward", out_of_memory)
+    monkeypatch.setattr(cramming.engine.step, "backward", out_of_memory)
     cfg = compose_config("quickstart", ["impl.microbatch_size=4096"])
     with pytest.raises(CrammingError, match=r"preflight: microbatch 4096 \(impl.microbatch_size\) does not fit in "
                                             r"cpu's memory: set impl.microbatch_size smaller"):

@@ -100,7 +100,8 @@ def test_config_yaml_keeps_every_config_the_run_trained_with(tmp_path):
     assert [config.budget for config in run_configs(elsewhere)] == [0.02, 0.04, 0.06]
 
 
-@pytest.mark.parametrize(("text", "words"), [("budget: [0.02\n", "while parsing"), ("- a\n- b\n", "not a run's config")])
+@pytest.mark.parametrize(("text", "words"), [("budget: [0.02\n", "while parsing"),
+                                             ("- a\n- b\n", "not a run's config")])
 def test_a_damaged_config_yaml_is_one_line(tmp_path, text, words):
     (tmp_path / "config.yaml").write_text(text)
     with pytest.raises(CrammingError, match=f"^cannot read {tmp_path / 'config.yaml'}: .*{words}"):

@@ -5,13 +5,13 @@ import pytest
 import torch
 from torch import nn
 
-from cramming.adamw import build_optimizer
-from cramming.device import resolve_device
+from cramming.engine.adamw import build_optimizer
+from cramming.engine.device import resolve_device
 from cramming.errors import CrammingError
-from cramming.gradient_step import Precision
+from cramming.engine.precision import Precision
 from cramming.model import build_mlm_model
 from cramming.model.config import ModelConfig
-from cramming.schedules import accumulation_steps, lr_multiplier, target_batch_size
+from cramming.engine.schedules import accumulation_steps, lr_multiplier, target_batch_size
 
 
 @pytest.mark.parametrize(("fraction", "expected"), [(0.0, 0.25), (0.6, 0.85), (0.75, 1.0), (1.0, 0.0), (0.9, 0.4)])

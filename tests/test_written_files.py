@@ -61,8 +61,9 @@ def json_list(path: Path) -> None:
 
 
 def resume(made: dict, tmp_path: Path, run_dir: Path) -> tuple[int, str]:
-    return run_command("pretrain", *STEP_RUN, "train.max_steps=4", "checkpoint.keep_last=8", f"output_dir={tmp_path / 'out'}",
-                       f"cache_dir={made['cache']}", f"resume={run_dir / 'checkpoints' / 'step-00000002'}")
+    return run_command("pretrain", *STEP_RUN, "train.max_steps=4", "checkpoint.keep_last=8",
+                       f"output_dir={tmp_path / 'out'}", f"cache_dir={made['cache']}",
+                       f"resume={run_dir / 'checkpoints' / 'step-00000002'}")
 
 
 def evaluate(made: dict, tmp_path: Path, run_dir: Path) -> tuple[int, str]:

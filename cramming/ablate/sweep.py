@@ -23,7 +23,8 @@ from omegaconf.errors import OmegaConfBaseException
 from cramming import as_group_choices
 from cramming.errors import CrammingError, require
 from cramming.files import folder_name, read_json_object, write_atomically
-from cramming.pretraining import PretrainConfig  # noqa: F401  (registers the pretraining schemas)
+from cramming.preflight import run_problems
+from cramming.pretraining import PretrainConfig, pretrain  # noqa: F401  (PretrainConfig registers the pretraining schemas)
 from cramming.train.plots import plot_comparison
 
 log = logging.getLogger("ablate")
@@ -68,9 +69,6 @@ def check_sweep(name: str, sweep: SweepConfig) -> None:
 
 def run_sweep(cfg: AblateConfig) -> Path:
     """Every run of the sweep (finished ones skipped), then <output_dir>/ablations.md and loss_overlay.png."""
-    from cramming.preflight import run_problems
-    from cramming.pretraining import pretrain
-
     name = HydraConfig.get().runtime.choices["sweep"]
     sweep = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SweepConfig), cfg.sweep)) \
         if not isinstance(cfg.sweep, SweepConfig) else cfg.sweep

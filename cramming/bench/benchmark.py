@@ -2,6 +2,7 @@
 BertForMaskedLM of the same depth, width and vocabulary, side by side in one process, steps interleaved.
 
 Writes <output_dir>/<run>.json and <run>.md; the JSON has ours.tokens_per_s, hf_bert.tokens_per_s and ratio.
+One concept, the side-by-side comparison, from its two models to its report.
 """
 
 import json
@@ -24,9 +25,9 @@ from cramming.bench.timing import TimedStep
 from cramming.bench.variants import check_variants, variant_step
 from cramming.data.mlm import synthetic_mlm_batch
 from cramming.data.vocab import SPECIAL_TOKENS
-from cramming.device import prepare_device, resolve_device
+from cramming.engine.device import prepare_device, resolve_device
 from cramming.errors import CrammingError
-from cramming.gradient_step import Precision
+from cramming.engine.precision import Precision
 from cramming.hardware import DTYPES, known_profiles, matching_profile, model_flops_utilization
 from cramming.model import ModelConfig, build_mlm_model, training_flops_per_token
 from cramming.model.config import as_model_config
@@ -95,7 +96,7 @@ def check_settings(s: BenchmarkSettings, arch: ModelConfig) -> None:
 
 def hf_bert(arch: ModelConfig, vocab_size: int, seq_length: int):
     """transformers' BertForMaskedLM with our depth, width and vocabulary; no dropout, as in pretraining."""
-    from transformers import BertConfig, BertForMaskedLM
+    from transformers import BertConfig, BertForMaskedLM  # noqa: PLC0415 -- transformers: only when the benchmark runs
 
     config = BertConfig(
         vocab_size=vocab_size, hidden_size=arch.hidden_size, num_hidden_layers=arch.num_layers,
@@ -205,7 +206,7 @@ def run_name(s: BenchmarkSettings, arch_name: str, device_type: str) -> str:
 
 def run_benchmark(cfg: BenchmarkConfig) -> Path:
     """Time both models, print each step and the table, write <run>.json and <run>.md; returns the JSON."""
-    import transformers
+    import transformers  # noqa: PLC0415 -- only when the benchmark runs
 
     s: BenchmarkSettings = OmegaConf.to_object(cfg.benchmark)
     arch = as_model_config(cfg.arch)

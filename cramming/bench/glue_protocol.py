@@ -7,8 +7,9 @@
 Each task fine-tunes `--steps` steps of 16 of its own examples for 1 + `--repeats` epochs and scores
 2 x eval_batch_size dev examples after each: the first epoch compiles and warms up, the others are timed, and
 their medians are reported. The projection is 5 epochs at the task's real size (GLUE's published train and dev
-sizes) at the median pace, plus the first epoch's extra seconds once. A task not measured (its files missing here, as QQP's, or MNLI's and QNLI's
-training files; or left out of --tasks) is projected at the mean pace of the measured ones, and marked so.
+sizes) at the median pace, plus the first epoch's extra seconds once. A task not measured (its files missing
+here, as QQP's, or MNLI's and QNLI's training files; or left out of --tasks) is projected at the mean pace of
+the measured ones, and marked so.
 Without --ckpt, a crammed-bert of the given shape with random weights (speed does not depend on skill).
 """
 
@@ -22,7 +23,7 @@ from pathlib import Path
 import torch
 
 from cramming.bench.glue_speed import make_checkpoint
-from cramming.device import prepare_device, resolve_device
+from cramming.engine.device import prepare_device, resolve_device
 from cramming.errors import CrammingError, exit_on_user_error
 from cramming.eval.batching import subset
 from cramming.eval.compiled import compiles
@@ -30,7 +31,7 @@ from cramming.eval.encoders import open_encoder
 from cramming.eval.finetune import finetune
 from cramming.eval.tasks.base import DataMissing
 from cramming.eval.tasks.registry import GlueConfig, task_named
-from cramming.gradient_step import Precision
+from cramming.engine.precision import Precision
 
 # GLUE's published sizes (train, dev; MNLI's dev is matched + mismatched), which the projection runs at.
 FULL_SIZES = {

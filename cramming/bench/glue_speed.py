@@ -1,4 +1,4 @@
-"""GLUE fine-tuning speed with and without unpadding, side by side in one process (issue 16).
+"""GLUE fine-tuning speed with and without unpadding, side by side in one process.
 
     python scripts/bench_glue_speed.py [--glue-dir ../shared/data/glue] [--examples 800] [--repeats 3]
         [--layers 2 --hidden 128 --heads 4 --intermediate 512] [--vocab 4096] [--device auto]
@@ -8,8 +8,8 @@ on two CPU cores; 200 x 2, about two.
 
 A crammed-bert model (random weights: speed does not depend on skill) with a WordPiece tokenizer trained on
 the tasks' own text fine-tunes one epoch on a fixed subset of RTE and MRPC and scores their dev sets, once
-padded (each batch padded to its longest example, the path before unpadding) and once unpadded, interleaved
-`--repeats` times. Prints the median examples/s of both, their ratio, and the final training loss of each
+padded (each batch padded to its longest example) and once unpadded, interleaved `--repeats` times. Prints the
+median examples/s of both, their ratio, and the final training loss of each
 (equal up to dropout's random draws, which differ between the two layouts).
 """
 
@@ -25,14 +25,14 @@ import torch
 
 from cramming.data.config import NormalizeConfig, TokenizerConfig
 from cramming.data.tokenizer import as_transformers_tokenizer, train_tokenizer
-from cramming.device import prepare_device, resolve_device
+from cramming.engine.device import prepare_device, resolve_device
 from cramming.errors import CrammingError, exit_on_user_error
 from cramming.eval.batching import subset
 from cramming.eval.tasks.registry import GlueConfig
 from cramming.eval.encoders import open_encoder
 from cramming.eval.finetune import evaluate, finetune
 from cramming.eval.tasks.registry import task_named
-from cramming.gradient_step import Precision
+from cramming.engine.precision import Precision
 from cramming.model import ModelConfig, build_mlm_model
 from cramming.model.checkpoint import save_pretrained
 from cramming.model.crammed_bert import Encoder
@@ -42,7 +42,7 @@ SIZES = {"gpu": (800, 3), "cpu": (200, 2)}  # --examples, --repeats when left ou
 
 
 def padded_path():
-    """The encoder as it ran before unpadding: every batch at its padded shape."""
+    """The encoder without unpadding: every batch at its padded shape."""
     return mock.patch.object(Encoder, "_unpadded", staticmethod(lambda attention_mask, positions: None))
 
 

@@ -1,4 +1,4 @@
-"""The first-GPU check (`scripts/gpu_check.py`): what a GPU session should check and measure first, in
+"""The first-GPU check (`scripts/gpu_check.py`): what to check and measure first on a GPU machine, in
 stages, each written as JSON and a markdown section for docs/benchmarks.md as it ends and gathered into
 one <output_dir>/report.md (cramming.bench.gpu_report).
 
@@ -27,12 +27,15 @@ from typing import Optional
 import torch
 
 from cramming import compose_config, quoted_override
+from cramming.bench.benchmark import run_benchmark
 from cramming.bench.gpu_quick import run_quick
 from cramming.bench.gpu_report import STAGES, record_stage
-from cramming.bench.gpu_suite import SELECTIONS
+from cramming.bench.gpu_suite import SELECTIONS, run_gpu_suite
+from cramming.bench.inspect import sdpa_kernel_used
 from cramming.errors import CrammingError
-from cramming.runs import new_run_dir
-from cramming.train.stopping import Interrupted
+from cramming.pretraining import PretrainConfig, pretrain  # noqa: F401  (PretrainConfig registers the schemas)
+from cramming.runs import new_run_dir, resolve_checkpoint
+from cramming.train.signals import Interrupted
 
 log = logging.getLogger(__name__)
 BENCH_MODES = ("compiled", "eager")
@@ -129,7 +132,6 @@ def run_stage(stage: str, cfg: GpuCheckConfig, out: Path) -> dict:
 
 
 def _tests(cfg: GpuCheckConfig, out: Path) -> dict:
-    from cramming.bench.gpu_suite import run_gpu_suite
 
     result = {"selection": cfg.tests, **run_gpu_suite(out / "tests.jsonl", cfg.tests)}
     if result.get("failed") and "error" not in result:
@@ -138,8 +140,6 @@ def _tests(cfg: GpuCheckConfig, out: Path) -> dict:
 
 
 def _bench(cfg: GpuCheckConfig, out: Path) -> dict:
-    from cramming.bench.benchmark import run_benchmark
-    from cramming.bench.inspect import sdpa_kernel_used
 
     if cfg.device == "cuda":
         common = ["arch=crammed-bert", "benchmark.dtype=bf16", f"benchmark.batch_size={cfg.bench_batch_size}"]
@@ -176,8 +176,6 @@ def cram_overrides(cfg: GpuCheckConfig, out: Path) -> list[str]:
 
 
 def _cram(cfg: GpuCheckConfig, out: Path) -> dict:
-    from cramming.pretraining import PretrainConfig  # noqa: F401  (registers the schemas pretrain.yaml names)
-    from cramming.pretraining import pretrain
 
     overrides = cram_overrides(cfg, out)
     run_dir = pretrain(compose_config("pretrain", overrides))
@@ -186,8 +184,7 @@ def _cram(cfg: GpuCheckConfig, out: Path) -> dict:
 
 
 def _glue(cfg: GpuCheckConfig, out: Path) -> dict:
-    from cramming.eval.run import run_glue
-    from cramming.runs import resolve_checkpoint
+    from cramming.eval.run import run_glue  # noqa: PLC0415 -- transformers: only when the GLUE stage runs
 
     cram = out / "cram"
     if not cram.is_dir() and cfg.output_dir is None:  # stage=glue alone: the newest earlier check's cram stage
@@ -202,4 +199,5 @@ def _glue(cfg: GpuCheckConfig, out: Path) -> dict:
         settings.update(max_train_examples=32, epochs=1)
     results = run_glue(settings, checkpoint, out / "glue")
     return {"checkpoint": str(checkpoint), "settings": settings, "scores": results["scores"],
-            "seconds_per_task": {name: round(task.get("wall_seconds", 0.0), 1) for name, task in results["tasks"].items()}}
+            "seconds_per_task": {name: round(task.get("wall_seconds", 0.0), 1)
+                                 for name, task in results["tasks"].items()}}

@@ -46,8 +46,9 @@ def markdown(stage: str, result: dict) -> str:
     elif stage == "cram" and "summary" in result:
         s = result["summary"]
         validation = s.get("validation") or {}
-        lines += [f"- steps {s['steps']}, tokens {s['tokens']:,}, {s['mean_tokens_per_s']} tokens/s (MFU {s['mean_mfu']}) "
-                  f"with compilation, {s['steady_tokens_per_s']} tokens/s (MFU {s['steady_mfu']}) at steady state",
+        lines += [f"- steps {s['steps']}, tokens {s['tokens']:,}, {s['mean_tokens_per_s']} tokens/s "
+                  f"(MFU {s['mean_mfu']}) with compilation, {s['steady_tokens_per_s']} tokens/s "
+                  f"(MFU {s['steady_mfu']}) at steady state",
                   f"- loss {s['final_loss']}, validation loss {validation.get('first_loss')} → "
                   f"{validation.get('final_loss')}, energy {s['energy_wh']} Wh, peak memory {s['peak_memory_gb']} GiB",
                   f"- overrides: `{' '.join(result['overrides'])}`"]

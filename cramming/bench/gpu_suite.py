@@ -1,5 +1,5 @@
 """The GPU test suite (tests/gpu, marker `gpu`) run from a checkout as a subprocess, each test's outcome
-logged as it ends (cramming.bench.pytest_outcomes): the first stage of the GPU check, so a GPU session
+logged as it ends (cramming.bench.pytest_outcomes): the first stage of the GPU check, so a GPU run
 proves every command before it measures anything."""
 
 import importlib.util

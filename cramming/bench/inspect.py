@@ -18,15 +18,17 @@ SDPA_KERNELS = {"_scaled_dot_product_flash_attention": "flash",
 def compile_counts() -> dict[str, int]:
     """Graphs torch.compile has compiled (a recompilation adds one) and graph breaks it has met so far in
     this process, for all models together."""
-    from torch._dynamo.utils import counters  # the counters torch.compile itself keeps (TORCH_LOGS reads them)
+    # the counters torch.compile itself keeps (TORCH_LOGS reads them); dynamo loads only when they are asked for
+    from torch._dynamo.utils import counters  # noqa: PLC0415
 
-    return {"graphs_compiled": counters["stats"]["unique_graphs"], "graph_breaks": sum(counters["graph_break"].values())}
+    return {"graphs_compiled": counters["stats"]["unique_graphs"],
+            "graph_breaks": sum(counters["graph_break"].values())}
 
 
 def top_operators(step, device: torch.device, steps: int = 2, rows: int = 15) -> list[dict]:
     """The operators taking the most self time over `steps` profiled calls of `step`, with their share of
     the total: what is left to optimize, and whether it is matmuls (the limit) or everything around them."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415 -- only with benchmark.profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as profiler:

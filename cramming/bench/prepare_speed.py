@@ -1,13 +1,13 @@
-"""Corpus preparation against bare `tokenizers` encoding of the same files (issue 16).
+"""Corpus preparation against bare `tokenizers` encoding of the same files.
 
     python scripts/bench_prepare.py --files '../shared/data/corpus/gutenberg_en/train-00[0-4].txt.gz' \
         --files '../shared/data/corpus/gutenberg_en/train-*.txt.gz'
 
-For each file set, in separate processes one after the other: `prepare_data.py` (as `python -m cramming.cli.prepare_data`) into an empty cache
-(tokenizer training, filters, encoding, packing, ordering), then a bare `encode_batch_fast` of the same
-files' lines in `data.batch_mb`-sized batches with the tokenizer that run trained (read, decompress, encode:
-nothing else). Prints wall time and peak resident memory (the process's own maxrss) of each, and the
-ratio of preparation to bare encoding: the overhead of everything the pipeline adds.
+For each file set, in separate processes one after the other: `prepare_data.py` (as `python -m
+cramming.cli.prepare_data`) into an empty cache (tokenizer training, filters, encoding, packing, ordering), then a
+bare `encode_batch_fast` of the same files' lines in `data.batch_mb`-sized batches with the tokenizer that run
+trained (read, decompress, encode: nothing else). Prints wall time and peak resident memory (the process's own
+maxrss) of each, and the ratio of preparation to bare encoding: the overhead of everything the pipeline adds.
 """
 
 import argparse
@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from tokenizers import Tokenizer
 
 from cramming.data.sources import text_size_bytes
 from cramming.errors import CrammingError, exit_on_user_error
@@ -36,7 +38,6 @@ def run(command: list[str]) -> tuple[float, float]:
 
 def bare_encode(tokenizer_file: str, files: list[str], batch_mb: float) -> None:
     """What the pipeline's encoding costs at minimum: the same lines through the same tokenizer."""
-    from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(tokenizer_file)
     tokens = 0
@@ -78,15 +79,15 @@ def main() -> None:
             prepare = run([sys.executable, "-m", "cramming.cli.prepare_data", "data=local", f"data.files={pattern}",
                            f"data.batch_mb={args.batch_mb}", f"cache_dir={cache}", *args.set])
             tokenizer_file = next(Path(cache).rglob("tokenizer.json"))
-            bare = run([sys.executable, "-m", "cramming.bench.prepare_speed", "--files", pattern, "--batch-mb", str(args.batch_mb),
-                        "--bare", str(tokenizer_file), *files])
+            bare = run([sys.executable, "-m", "cramming.bench.prepare_speed", "--files", pattern,
+                        "--batch-mb", str(args.batch_mb), "--bare", str(tokenizer_file), *files])
         results.append((pattern, megabytes, prepare, bare))
 
     print("\n| files | input MB | prepare_data.py wall | peak RSS | bare encode_batch wall | peak RSS | ratio |")
     print("|---|---|---|---|---|---|---|")
     for pattern, megabytes, (prep_s, prep_mb), (bare_s, bare_mb) in results:
-        print(f"| `{pattern}` | {megabytes:.0f} | {prep_s:.1f} s | {prep_mb:.0f} MB | {bare_s:.1f} s | {bare_mb:.0f} MB "
-              f"| {prep_s / bare_s:.2f}x |")
+        print(f"| `{pattern}` | {megabytes:.0f} | {prep_s:.1f} s | {prep_mb:.0f} MB | {bare_s:.1f} s "
+              f"| {bare_mb:.0f} MB | {prep_s / bare_s:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The feed-forward matmuls of a crammed-bert layer, dense against 2:4 semi-structured sparse (issue 15):
+"""The feed-forward matmuls of a crammed-bert layer, dense against 2:4 semi-structured sparse:
 what `train.sparsity.method=semi-structured-2:4`'s pattern buys on sparse tensor cores.
 
     python scripts/bench_sparse.py [--tokens 8192] [--hidden 768] [--intermediate 3072] [--repeats 50]
@@ -15,6 +15,7 @@ import argparse
 import statistics
 
 import torch
+from torch.sparse import to_sparse_semi_structured
 
 from cramming.errors import CrammingError, exit_on_user_error
 from cramming.train.techniques.sparsity import two_of_four_mask
@@ -35,7 +36,6 @@ def median_ms(matmul, repeats: int) -> float:
 
 
 def compare(tokens: int, hidden: int, intermediate: int, repeats: int) -> list[dict]:
-    from torch.sparse import to_sparse_semi_structured
 
     device = torch.device("cuda")
     rows = []

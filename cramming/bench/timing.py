@@ -1,8 +1,8 @@
 """A training step of a model on a fixed synthetic batch, timed: forward, backward, the gradient norm (and
 clipping), the non-finite check and the update.
 
-The trainer's own step (cramming.gradient_step.Step) with its precision policy and the recipe's AdamW
-(cramming.adamw), without data loading: what the benchmark compares, the calculator's speed fit measures
+The trainer's own step (cramming.engine.step.Step) with its precision policy and the recipe's AdamW
+(cramming.engine.adamw), without data loading: what the benchmark compares, the calculator's speed fit measures
 and its `check` verifies. With techniques (the benchmark's variants), the step they make of it.
 """
 
@@ -12,13 +12,17 @@ from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+from torch.utils.flop_counter import FlopCounterMode
 
-from cramming.adamw import recipe_adamw
 from cramming.data.mlm import synthetic_mlm_batch
-from cramming.device import prepare_device, resolve_device
-from cramming.gradient_step import Precision, Step, StepState
+from cramming.engine.adamw import recipe_adamw
+from cramming.engine.device import prepare_device, resolve_device
+from cramming.engine.precision import Precision
+from cramming.engine.step import Step, StepState
 from cramming.model import ModelConfig, build_mlm_model
 from cramming.model.checkpoint import unwrap
+from cramming.train.callbacks import CallbackList
+from cramming.train.techniques import wrap_optimizer
 
 
 def tensor_bytes(tensor: torch.Tensor) -> int:
@@ -37,10 +41,8 @@ class TimedStep:
                  optimizer: torch.optim.Optimizer | None = None, techniques: list = ()):
         """model: as it runs (compiled or not); grad_clip: the max gradient norm (None: measured, not clipped, as
         the trainer does for its metrics); optimizer: None builds the recipe's AdamW over the model's parameters;
-        techniques: built ones (cramming.train.techniques), which wrap the optimizer and the step and act at the
-        step's callback points, as in pretraining."""
-        from cramming.train.callbacks import CallbackList
-        from cramming.train.techniques import wrap_optimizer
+        techniques: built ones (cramming.train.techniques), which wrap the optimizer and act at the step's named
+        points, as in pretraining."""
 
         self.model = model.to(device).train()
         self.batch = {key: value.to(device) for key, value in batch.items()}
@@ -67,22 +69,18 @@ class TimedStep:
         """One training step, untimed: the trainer's step on one microbatch."""
         self.training_step.run(self.state)
 
-    def _step(self, network: torch.nn.Module, grad_clip: float | None = None):
-        """The training step on this batch, as the techniques make it (cramming.train.techniques.wrap_step)."""
-        from cramming.train.techniques import wrap_step
-
-        return wrap_step(self.techniques, Step(network, self.optimizer, self.scaler, self.precision,
-                                               itertools.repeat(self.batch), grad_clip=grad_clip,
-                                               callbacks=self.callbacks))
+    def _step(self, network: torch.nn.Module, grad_clip: float | None = None) -> Step:
+        """The training step on this batch, the techniques acting at its named points."""
+        return Step(network, self.optimizer, self.scaler, self.precision, itertools.repeat(self.batch),
+                    hooks=self.callbacks, grad_clip=grad_clip)
 
     def executed_flops(self) -> float:
         """FLOPs the step's forward and backward passes execute (SAM's two), counted by torch's FlopCounterMode
         on the eager model (attention, the sparse head: what really runs; the optimizer's elementwise work not)."""
-        from torch.utils.flop_counter import FlopCounterMode
 
         model = self.state.model  # the counter sees eager operators only
         with FlopCounterMode(display=False) as counter:
-            self._step(model).gradients(self.state)
+            self._step(model).run(self.state, update=False)
         model.zero_grad(set_to_none=True)
         return float(counter.get_total_flops())
 

@@ -62,14 +62,16 @@ def main() -> None:
     filters = FilterConfig(trash_cutoff=None)
     print(f"documents: sample_by={args.sample_by}; filters: min_chars {filters.min_chars}, dedup, bad bytes")
     print(f"{'vocab':>6} {'docs':>7} {'median':>7} {'p90':>7} {'p99':>7} "
-          f"{'>' + str(args.cutoff) + ' docs':>12} {'chars':>7} {'>' + str(args.relative) + 'xmed docs':>14} {'chars':>7}")
+          f"{'>' + str(args.cutoff) + ' docs':>12} {'chars':>7} "
+          f"{'>' + str(args.relative) + 'xmed docs':>14} {'chars':>7}")
     for vocab_size in args.vocab_sizes:
         tokenizer_cfg = TokenizerConfig(kind=args.kind, vocab_size=vocab_size, train_sample_mb=args.train_sample_mb)
         train = DataConfig(name="train", source="local", files=args.train, sample_by=args.sample_by,
                            filter=filters, tokenizer=tokenizer_cfg)
         sample = _tokenizer_sample(train, source_from_config(train), DocumentFilter(filters, train.max_doc_chars))
         tokenizer = train_tokenizer(sample.lines, tokenizer_cfg, train.normalize)
-        measure = DataConfig(name="measure", source="local", files=args.measure, sample_by=args.sample_by, filter=filters)
+        measure = DataConfig(name="measure", source="local", files=args.measure, sample_by=args.sample_by,
+                             filter=filters)
         tokens, chars = document_ratios(measure, tokenizer)
         ratios = tokens / np.maximum(chars, 1)
         median = median_tokens_per_char(tokens, chars)

@@ -13,11 +13,13 @@ from omegaconf import OmegaConf
 
 from cramming import compose_config
 from cramming.bench.timing import TimedStep
+from cramming.engine.precision import Precision
 from cramming.errors import CrammingError
-from cramming.gradient_step import Precision
 from cramming.model import ModelConfig, build_mlm_model
+from cramming.pretraining import PretrainConfig  # noqa: F401  (registers the schemas pretrain.yaml names)
 from cramming.train.optimizers import NAMES, build_pretraining_optimizer
-from cramming.train.techniques import TECHNIQUES, RunContext, build_techniques, prepare_model, variant_overrides
+from cramming.train.techniques import (TECHNIQUES, RunContext, build_techniques, check_on_device, prepare_model,
+                                       variant_overrides)
 
 
 def variant_names() -> list[str]:
@@ -27,7 +29,6 @@ def variant_names() -> list[str]:
 def variant_config(name: str, arch: ModelConfig):
     """The pretraining config of our step with the variant on (the benchmark's arch; only train, impl and arch
     are read)."""
-    from cramming.pretraining import PretrainConfig  # noqa: F401  (registers the schemas pretrain.yaml names)
 
     overrides = variant_overrides(name) or (f"optim={name}",)
     cfg = compose_config("pretrain", ["data=embedded", "gpu=cpu", *overrides])
@@ -38,7 +39,6 @@ def variant_config(name: str, arch: ModelConfig):
 def check_variants(variants: list[str], device: torch.device, compiled: bool, dtype: str) -> None:
     """One line naming the first variant that cannot run with these settings, before anything is built: the
     technique's (or optimizer's) own device checks, in the benchmark's terms."""
-    from cramming.train.techniques import check_on_device
 
     known = variant_names()
     for name in variants:

@@ -19,10 +19,10 @@ import numpy as np
 from omegaconf import OmegaConf
 from scipy.optimize import least_squares
 
+from cramming.data.store import EXECUTION_ONLY_KEYS
 from cramming.errors import CrammingError
 from cramming.model import training_flops_per_token
 from cramming.model.config import as_model_config
-from cramming.data.store import EXECUTION_ONLY_KEYS
 from cramming.runs import CONFIG_FILE, flatten, run_config
 
 from .speed_model import non_embedding_parameters

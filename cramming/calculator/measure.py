@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from cramming.bench.timing import time_training
 from cramming.errors import CrammingError
 from cramming.files import read_json_object
 from cramming.hardware import GpuProfile, card_profile_name, check_profile, known_profiles
@@ -21,7 +22,6 @@ from .candidates import shapes
 from .config import CalculatorConfig
 from .speed_model import (SpeedModel, fit_constants, non_embedding_flops_per_token, save_measurement,
                           speed_formula)
-from cramming.bench.timing import time_training
 
 log = logging.getLogger("calculator")
 BASE = ModelConfig(name="candidate")  # crammed-bert's layout; depth, width, heads and FFN vary

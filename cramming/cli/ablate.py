@@ -8,6 +8,7 @@
 
 from omegaconf import OmegaConf
 
+from cramming.ablate.multirun import tabulate_multirun
 from cramming.ablate.sweep import AblateConfig, run_sweep  # registers the config schema
 from cramming.cli import hydra_command
 from cramming.errors import CrammingError
@@ -15,8 +16,6 @@ from cramming.errors import CrammingError
 
 @hydra_command("ablate", AblateConfig, directories=("output_dir",))
 def main(cfg: AblateConfig) -> None:
-    from cramming.ablate.multirun import tabulate_multirun
-
     named = not OmegaConf.is_missing(cfg, "sweep")
     if named and cfg.multirun is not None:
         raise CrammingError("sweep=<name> runs a sweep, multirun=<directory> tables a finished one: give one")

@@ -8,9 +8,14 @@ no size on the command line it runs 4 layers, not crammed-bert's 16, and says so
 
 import logging
 
+import psutil
+import torch
 from hydra.core.hydra_config import HydraConfig
 
-from cramming.bench.benchmark import BenchmarkConfig, run_benchmark  # registers the config schema
+from cramming.bench.benchmark import (  # registers the config schema
+    BenchmarkConfig,
+    run_benchmark,
+)
 from cramming.cli import hydra_command
 from cramming.errors import CrammingError
 
@@ -32,8 +37,6 @@ def main(cfg: BenchmarkConfig) -> None:
 
 
 def on_the_cpu(cfg: BenchmarkConfig) -> bool:
-    import torch
-
     return cfg.benchmark.device == "cpu" or (cfg.benchmark.device == "auto" and not torch.cuda.is_available())
 
 
@@ -43,8 +46,6 @@ def check_it_fits_on_the_cpu(cfg: BenchmarkConfig) -> None:
     transformer layer keeps for backward in 16-bit, 34·h + 5·heads·s bytes per token (Korthikanti et al. 2022,
     "Reducing Activation Recomputation in Large Transformer Models"), and its full-vocabulary logits and their
     gradient in fp32."""
-    import psutil
-
     s, arch = cfg.benchmark, cfg.arch
     if not on_the_cpu(cfg):
         return

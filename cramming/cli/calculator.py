@@ -14,7 +14,7 @@ from cramming.cli import hydra_command
 
 @hydra_command("calculator", CalculatorConfig, directories=("output_dir", "cache_dir"), path_keys=("runs",))
 def main(cfg: CalculatorConfig) -> None:
-    from cramming.calculator.recommend import recommend
+    from cramming.calculator.recommend import recommend  # noqa: PLC0415 -- scipy, matplotlib: not on --help
 
     recommend(OmegaConf.to_object(cfg))
 

@@ -14,9 +14,8 @@ from omegaconf import OmegaConf
 
 from cramming.errors import CrammingError, exit_on_user_error
 from cramming.files import read_json_object
-from cramming.runs import comparison_path, differences, run_checkpoint, run_config
+from cramming.runs import comparison_path, differences, read_records, run_checkpoint, run_config
 from cramming.train.plots import plot_comparison
-from cramming.runs import read_records
 
 CURVE_ROWS = 12  # steps shown side by side
 

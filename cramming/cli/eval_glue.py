@@ -48,7 +48,7 @@ def main(cfg: EvalGlueConfig) -> None:
             log.info("ckpt=%s: %s", cfg.ckpt, checkpoint)
         # after the checkpoint is found: the GLUE stack (transformers, scikit-learn, ...) takes seconds to import,
         # and a missing or mistyped ckpt is one line without them
-        from cramming.eval.run import run_glue
+        from cramming.eval.run import run_glue  # noqa: PLC0415 -- the GLUE stack, once ckpt is found
 
         run_glue(cfg.eval, checkpoint, output_dir, on_start=start.done)
 

@@ -44,7 +44,7 @@ class ExportConfig:
         raise_problems(problems_of(self._check_values, self._check_glue, self._check_hub_login))
 
     def _check_values(self) -> None:
-        from cramming.model.quantize import QUANTIZATIONS
+        from cramming.model.quantize import QUANTIZATIONS  # noqa: PLC0415 -- torch: not at every command start
 
         require([
             (self.quantize is None or self.quantize in QUANTIZATIONS,
@@ -57,14 +57,14 @@ class ExportConfig:
 
     def _check_glue(self) -> None:
         if self.quantize_eval_task is not None:
-            from cramming.eval.tasks.registry import GlueConfig
-            from cramming.preflight import check_glue_data
+            from cramming.eval.tasks.registry import GlueConfig  # noqa: PLC0415 -- torch, for quantize_eval_task only
+            from cramming.preflight import check_glue_data  # noqa: PLC0415 -- as above
 
             check_glue_data(GlueConfig(tasks=[self.quantize_eval_task], data_dir=self.glue_dir), "glue_dir")
 
     def _check_hub_login(self) -> None:
         if self.push_to_hub:
-            from huggingface_hub import get_token
+            from huggingface_hub import get_token  # noqa: PLC0415 -- only for push_to_hub
 
             if not get_token():
                 raise CrammingError(f"push_to_hub={self.push_to_hub}: no Hugging Face token (HF_TOKEN, or "
@@ -83,12 +83,12 @@ def main(cfg: ExportConfig) -> None:
     checkpoint = resolve_checkpoint(cfg.ckpt, cfg.runs_dir, key="ckpt")
     empty_out(Path(cfg.out), checkpoint, cfg.overwrite)
     # after the checkpoint is found: transformers takes seconds to import, and a missing ckpt is one line without it
-    from cramming.model.export import export_to_transformers
+    from cramming.model.export import export_to_transformers  # noqa: PLC0415 -- transformers, as said above
 
     export_to_transformers(checkpoint, cfg.out)
     print(f"exported {checkpoint} to {cfg.out}")
     if cfg.push_to_hub:
-        from cramming.model.publish import check_loadable, push_to_hub
+        from cramming.model.publish import check_loadable, push_to_hub  # noqa: PLC0415 -- only for push_to_hub
 
         check_loadable(Path(cfg.out))
         print(f"uploaded to {push_to_hub(Path(cfg.out), cfg.push_to_hub)}")
@@ -112,9 +112,13 @@ def empty_out(out: Path, source: Path, overwrite: bool) -> None:
 def _quantize(cfg: ExportConfig) -> None:
     """The int8 copy in `out` of a checkpoint (exported to a temporary folder first) or of a transformers
     folder; its size against the fp32 export's, and with quantize_eval_task the GLUE dev scores of both."""
-    from cramming.model.export import export_to_transformers
-    from cramming.eval.run import glue_dev_scores
-    from cramming.model.quantize import auto_class, is_transformers_export, write_quantized
+    from cramming.eval.run import glue_dev_scores  # noqa: PLC0415 -- transformers, for quantize= only
+    from cramming.model.export import export_to_transformers  # noqa: PLC0415 -- as above
+    from cramming.model.quantize import (  # noqa: PLC0415 -- as above
+        auto_class,
+        is_transformers_export,
+        write_quantized,
+    )
 
     with tempfile.TemporaryDirectory() as temporary:
         source = given = Path(cfg.ckpt).expanduser()

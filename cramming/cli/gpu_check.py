@@ -10,7 +10,7 @@ does the work).
 
 from hydra.core.config_store import ConfigStore
 
-from cramming.bench.gpu_check import GpuCheckConfig
+from cramming.bench.gpu_check import GpuCheckConfig, run_gpu_check
 from cramming.cli import hydra_command
 
 ConfigStore.instance().store(name="gpu_check_schema", node=GpuCheckConfig)
@@ -18,8 +18,6 @@ ConfigStore.instance().store(name="gpu_check_schema", node=GpuCheckConfig)
 
 @hydra_command("gpu_check", GpuCheckConfig, directories=("output_dir",), path_keys=("data_files", "glue_dir"))
 def main(cfg: GpuCheckConfig) -> None:
-    from cramming.bench.gpu_check import run_gpu_check
-
     run_gpu_check(cfg)
 
 

@@ -6,7 +6,8 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from cramming import CONFIG_DIR
+from cramming import CONFIG_DIR, compose_config
+from cramming.runs import flatten
 
 ROOT_SCRIPTS = ("pretrain", "eval_glue")  # the others are scripts/<command>.py
 SHOWN_KEYS = 4  # of the keys a replaced group choice changes
@@ -43,9 +44,6 @@ def replaced_choices(config_name: str, overrides: list[str]) -> list[str]:
     """A line for each group the command line chooses over the config's own choice, naming the keys that the
     change brings back unasked (`--config-name quickstart train=steps` restores the recipe's 8192-sequence batch
     ramp in place of quick's 256), so that a choice meant to add one setting does not silently undo others."""
-    from cramming import compose_config  # only where a config chooses its groups itself: few commands pay for it
-    from cramming.runs import flatten
-
     own, notices = own_choices(config_name), []
     set_here = {override.partition("=")[0] for override in overrides}
     for override in overrides:

@@ -13,7 +13,17 @@ exit code; the process's error is printed above it.
 import sys
 from pathlib import Path
 
+import torch
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.run import determine_local_world_size, parse_args, parse_min_max_nnodes, run
+
+from cramming import compose_config
+from cramming.cli import check_arguments
+from cramming.cli.arguments import job_overrides, parse_arguments
+from cramming.cli.pretrain import DIRECTORIES, checked_job
 from cramming.errors import CrammingError, exit_on_user_error, fail
+from cramming.pretraining import PretrainConfig
+from cramming.train.settings import resolve_settings
 
 PRETRAINING = ("pretrain.py", "cramming.cli.pretrain", "cramming-pretrain")  # the script, -m module, command
 
@@ -22,15 +32,6 @@ PRETRAINING = ("pretrain.py", "cramming.cli.pretrain", "cramming-pretrain")  # t
 def check_pretraining(arguments: list[str], processes: int, world_size: int | None) -> None:
     """What each local process of `pretrain.py <arguments>` checks before its data is prepared (world_size:
     None when other nodes join)."""
-    import torch
-
-    from cramming import compose_config
-    from cramming.cli import check_arguments
-    from cramming.cli.arguments import job_overrides, parse_arguments
-    from cramming.cli.pretrain import DIRECTORIES, checked_job
-    from cramming.pretraining import PretrainConfig
-    from cramming.train.settings import resolve_settings
-
     check_arguments(arguments, "pretrain", PretrainConfig, DIRECTORIES)
     parsed = parse_arguments(arguments, "pretrain")
     for overrides in job_overrides(parsed) if parsed.composes else []:
@@ -46,8 +47,6 @@ def check_pretraining(arguments: list[str], processes: int, world_size: int | No
 def check_launch(nproc_per_node: str, nnodes: str) -> int:
     """torchrun's own process and machine counts, which it would meet with an assertion's traceback; the
     number of local processes."""
-    from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
-
     try:
         processes = determine_local_world_size(nproc_per_node)
     except ValueError as error:  # --nproc_per_node=gpu without one, or a word torchrun does not know
@@ -65,9 +64,6 @@ def check_launch(nproc_per_node: str, nnodes: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import parse_args, run
-
     args = parse_args(sys.argv[1:] if argv is None else argv)
     processes = check_launch(args.nproc_per_node, args.nnodes)
     if Path(args.training_script).name in PRETRAINING:

@@ -12,6 +12,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from cramming.cli import hydra_command
+from cramming.data.description import describe_dataset
+from cramming.data.prepare import prepare_dataset
 from cramming.data.sources import DataConfig  # registers the data schema
 
 
@@ -28,9 +30,6 @@ ConfigStore.instance().store(name="prepare_data_schema", node=PrepareDataConfig)
 
 @hydra_command("prepare_data", PrepareDataConfig, directories=("cache_dir",))
 def main(cfg: PrepareDataConfig) -> None:
-    from cramming.data.description import describe_dataset
-    from cramming.data.prepare import prepare_dataset
-
     started = time.perf_counter()
     dataset, reused = prepare_dataset(cfg.data, cfg.cache_dir)
     print(describe_dataset(dataset, reused, time.perf_counter() - started), flush=True)

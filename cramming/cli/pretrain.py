@@ -14,8 +14,14 @@ import sys
 from hydra.core.hydra_config import HydraConfig
 
 from cramming.cli import hydra_command, sweep_job_dir
-from cramming.pretraining import PretrainConfig  # registers the config schemas
-
+from cramming.cli.resume import resumed_config
+from cramming.preflight import check_run, preflight
+from cramming.pretraining import (  # registers the config schemas
+    PretrainConfig,
+    pretrain,
+)
+from cramming.threads import set_cpu_threads
+from cramming.train.settings import device_type
 
 DIRECTORIES = ("output_dir", "cache_dir")  # what the run writes in
 
@@ -24,9 +30,6 @@ def checked_job(cfg, overrides: list[str], config_name: str, world_size: int | N
     """One job's config as it will train (a resume's: the run's own) after the whole-run check
     (cramming.preflight), which lists every problem in one line; preflight=true leaves the listing to the
     preflight."""
-    from cramming.cli.resume import resumed_config
-    from cramming.preflight import check_run
-
     if cfg.resume:  # the run's own config, before anything else
         cfg = resumed_config(cfg, overrides, config_name, world_size)
     if not cfg.preflight:
@@ -36,11 +39,6 @@ def checked_job(cfg, overrides: list[str], config_name: str, world_size: int | N
 
 @hydra_command("pretrain", PretrainConfig, directories=DIRECTORIES, check_job=checked_job)
 def main(cfg: PretrainConfig) -> None:
-    from cramming.preflight import preflight
-    from cramming.threads import set_cpu_threads
-    from cramming.train.settings import device_type
-    from cramming.pretraining import pretrain
-
     hydra = HydraConfig.get()
     cfg = checked_job(cfg, list(hydra.overrides.task), hydra.job.config_name,
                       int(os.environ.get("WORLD_SIZE", "1")))  # torchrun's

@@ -12,10 +12,9 @@ from omegaconf.errors import OmegaConfBaseException
 from cramming import CHOOSING_KEYS
 from cramming.cli.overrides import key_of
 from cramming.errors import CrammingError
-from cramming.runs import (CONFIG_FILE, FINAL, check_run_name, differences, resolve_checkpoint, run_config,
-                           run_of)
 from cramming.pretraining import PretrainConfig
-from cramming.train.checkpointing import load_state
+from cramming.runs import CONFIG_FILE, FINAL, check_run_name, differences, resolve_checkpoint, run_config, run_of
+from cramming.train.resume import load_state
 
 log = logging.getLogger("pretrain")
 

@@ -12,7 +12,11 @@ from hydra.core.hydra_config import HydraConfig
 
 from cramming.cli import hydra_command
 from cramming.eval.config import HF_PREFIX
-from cramming.eval.zero_shot import ZeroShotConfig, check  # registers the config schema
+from cramming.eval.zero_shot import (  # registers the config schema
+    ZeroShotConfig,
+    check,
+    run_zero_shot,
+)
 from cramming.runs import resolve_checkpoint
 
 log = logging.getLogger(__name__)
@@ -25,8 +29,6 @@ def main(cfg: ZeroShotConfig) -> None:
     checkpoint = cfg.ckpt if hub_or_folder else resolve_checkpoint(cfg.ckpt, cfg.runs_dir, key="ckpt")
     if not hub_or_folder:
         log.info("ckpt=%s: %s", cfg.ckpt, checkpoint)
-    from cramming.eval.zero_shot import run_zero_shot
-
     run_zero_shot(cfg, str(checkpoint), HydraConfig.get().runtime.output_dir)
 
 

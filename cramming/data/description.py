@@ -25,7 +25,8 @@ def describe_dataset(dataset: store.PreparedDataset, reused: bool, seconds: floa
           f"kept {entry['documents_kept']}, tokens {entry['tokens']:,} ({entry['token_share']:.1%})"
           for entry in meta.get("sources", [])),
         f"speed     {meta['megabytes_per_second']:.2f} MB/s end to end when prepared "
-        f"({meta['seconds']['total']:.1f} s, of which tokenizer training {meta['seconds']['tokenizer_training']:.1f} s)",
+        f"({meta['seconds']['total']:.1f} s, of which tokenizer training "
+        f"{meta['seconds']['tokenizer_training']:.1f} s)",
     ]
     return "\n".join(lines)
 

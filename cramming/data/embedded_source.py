@@ -11,7 +11,7 @@ from cramming.errors import CrammingError
 def embedded_documents() -> list[Document]:
     """The reference documentation bundled with every CPython (pydoc_data): English prose, no download."""
     try:
-        from pydoc_data.topics import topics
+        from pydoc_data.topics import topics  # noqa: PLC0415 -- some Pythons lack it: the error below
     except ImportError:
         raise CrammingError("the embedded corpus needs the standard library's pydoc_data, missing here") from None
     return [topics[name].split("\n") for name in sorted(topics)]

@@ -33,7 +33,7 @@ class DocumentFilter:
         self.seen_hashes: set[bytes] = set()
         self.near_duplicates = None
         if cfg.near_dedup_threshold:  # datasketch (and scipy under it) only where it is used, not in every process
-            from cramming.data.near_dedup import NearDuplicates
+            from cramming.data.near_dedup import NearDuplicates  # noqa: PLC0415 -- datasketch, as said above
 
             self.near_duplicates = NearDuplicates(cfg.near_dedup_threshold)
         self.counts: Counter[str] = Counter()

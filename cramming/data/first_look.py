@@ -84,7 +84,7 @@ def file_problems(path: str) -> list[str]:
 
 
 def _check_parquet_footer(path: str) -> None:
-    import pyarrow.parquet  # only where a parquet file is read
+    import pyarrow.parquet  # noqa: PLC0415 -- only where a parquet file is read
 
     try:
         pyarrow.parquet.read_metadata(path)

@@ -75,14 +75,15 @@ class HubSource(Source):
             self._commit = requested
         else:
             try:
-                from huggingface_hub import HfApi
+                from huggingface_hub import HfApi  # noqa: PLC0415 -- the hub client, only to resolve a revision
 
                 self._commit = HfApi().dataset_info(self.cfg.hub_path, revision=requested).sha
             except Exception as error:  # offline, unknown dataset or revision: the hub client's message says which
                 if requested is not None:
                     raise CrammingError(f"data.hub_revision={requested}: cannot resolve it for {self.where}: "
                                         f"{type(error).__name__}: {error}") from None
-                log.info("%s: its commit is not recorded (the hub did not answer: %s)", self.where, type(error).__name__)
+                log.info("%s: its commit is not recorded (the hub did not answer: %s)", self.where,
+                         type(error).__name__)
         self._resolved = True
         return self._commit
 
@@ -91,7 +92,7 @@ class HubSource(Source):
                         "revision": self.cfg.hub_revision, "commit": self.commit()}}
 
     def documents(self) -> Iterator[Document]:
-        import datasets
+        import datasets  # noqa: PLC0415 -- seconds to import: only when a hub corpus is read
 
         cfg = self.cfg
         commit = self.commit()

@@ -120,7 +120,7 @@ class LocalSource(Source):
             yield from self._file_documents(path)
 
     def _file_documents(self, path: str) -> Iterator[Document]:
-        import datasets
+        import datasets  # noqa: PLC0415 -- seconds to import: only when a file is read
 
         builder = builder_for(path)
         options = {"encoding_errors": "replace"} if builder == "text" else {}

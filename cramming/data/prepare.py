@@ -3,7 +3,8 @@
 The tokenizer is trained on a bounded sample, then one streaming pass encodes everything. Three
 things overlap: a reader thread (datasets' streaming builders + filters), two encodings on the
 tokenizer's own thread pool (Rust, all cores, GIL released), and the main thread turning finished
-encodings into rows. Memory stays bounded by a few batches of `data.batch_mb` whatever the corpus size.
+encodings into rows. Memory stays bounded by a few batches of `data.batch_mb` whatever the corpus size. One
+concept, the pipeline, kept in one file so that its stages and the threads that overlap them read together.
 """
 
 import collections
@@ -25,8 +26,8 @@ from tokenizers import Tokenizer
 
 from cramming.data import store
 from cramming.data.config import DataBaseConfig
-from cramming.data.first_look import FirstLook, data_problems
 from cramming.data.filters import DocumentFilter, median_tokens_per_char, trash_cutoff
+from cramming.data.first_look import FirstLook, data_problems
 from cramming.data.mixture import Mixture
 from cramming.data.ordering import row_order, sentence_end_ids
 from cramming.data.packing import RowWriter, TextBatch, documents_to_stream
@@ -152,7 +153,8 @@ def _batches(documents: Iterable[tuple[int, Document]], doc_filter: DocumentFilt
             batch.add(part, origin)
             chars += batch.chars_per_doc[-1]
             if track_reading:
-                read_so_far = read_so_far or (Counter(doc_filter.counts), list(progress.read_per_source), progress.bytes)
+                read_so_far = read_so_far or (Counter(doc_filter.counts), list(progress.read_per_source),
+                                              progress.bytes)
                 batch.read_so_far.append(read_so_far)
         if chars >= batch_chars:
             yield batch

@@ -21,7 +21,7 @@ VOCABULARY_MODELS = ("WordPiece", "BPE")  # a vocabulary as a token -> id map th
 
 def pretrained_tokenizer(name: str) -> Tokenizer:
     """The tokenizer at `name` (hub id or folder) with the special tokens at their fixed ids."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # noqa: PLC0415 -- transformers only for tokenizer.kind=pretrained
 
     try:
         # a tokenizer runs no code of its own: without this, a folder whose model ships remote code (our exports)

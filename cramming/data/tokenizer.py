@@ -130,7 +130,7 @@ def with_pair_template(tokenizer: Tokenizer) -> Tokenizer:
 
 
 def as_transformers_tokenizer(tokenizer: Tokenizer, model_max_length: int = 128) -> "PreTrainedTokenizerFast":
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415 -- as said at the top
 
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,

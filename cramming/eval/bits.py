@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cramming.data.mlm import PackedRows
 from cramming.errors import CrammingError
 from cramming.eval.pll import DEFAULT_METHOD, MaskedLM, score_texts
 
@@ -76,8 +77,6 @@ def text_file_pieces(path: str | Path, key: str = "text_file") -> list[str]:
 def held_out_pieces(dataset, tokenizer, rows: int, piece_tokens: int = HELD_OUT_PIECE_TOKENS) -> list[str]:
     """The first `rows` held-out rows of a prepared dataset (cramming.data.store), each decoded in pieces of
     `piece_tokens` tokens, special tokens dropped."""
-    from cramming.data.mlm import PackedRows
-
     packed = PackedRows(dataset, held_out=True)
     count = min(rows, dataset.held_out_rows)
     texts = []

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from cramming.errors import require
+from cramming.eval.parameter_efficient import lora_settings
 
 HF_PREFIX = "hf:"  # ckpt=hf:<hub id or folder>: a transformers encoder, not one of our checkpoints
 
@@ -93,8 +94,6 @@ PROTOCOL_FIELDS = (
 def protocol_deviations(cfg: GlueBaseConfig) -> dict[str, dict[str, Any]]:
     """{field: {"protocol": default, "used": value}} for every protocol field that was overridden; eval.peft
     as one entry `peft` describing all of its settings."""
-    from cramming.eval.parameter_efficient import lora_settings
-
     protocol = GlueBaseConfig()
     deviations = {}
     for name in PROTOCOL_FIELDS:

@@ -80,7 +80,7 @@ def _cramming_encoder(directory: str, dropout: float) -> PretrainedEncoder:
     # Our models have no segment embeddings: pairs are told apart by [SEP] alone.
     tokenizer.model_input_names = ["input_ids", "attention_mask"]
     def save(model, folder):
-        from cramming.model.export import export_to_transformers  # transformers' model classes: seconds to import
+        from cramming.model.export import export_to_transformers  # noqa: PLC0415 -- model classes: seconds
 
         with tempfile.TemporaryDirectory() as checkpoint:
             save_pretrained(model, checkpoint, tokenizer)
@@ -91,7 +91,11 @@ def _cramming_encoder(directory: str, dropout: float) -> PretrainedEncoder:
 
 
 def _transformers_encoder(reference: str, dropout: float) -> PretrainedEncoder:
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import (  # noqa: PLC0415 -- a second to import, for hf: references only
+        AutoConfig,
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+    )
 
     key = check_transformers_reference(reference)
 

@@ -9,14 +9,15 @@ from typing import Callable
 import numpy as np
 import torch
 
-from cramming.adamw import build_optimizer
+from cramming.engine.adamw import build_optimizer
 from cramming.errors import CrammingError
 from cramming.eval import metrics
 from cramming.eval.batching import EncodedSplit, collate, evaluation_batches, filled, training_batches
 from cramming.eval.compiled import CompiledClassifier, compiles, fresh_graphs
 from cramming.eval.config import GlueBaseConfig
-from cramming.gradient_step import Precision, Step, StepState
-from cramming.schedules import lr_multiplier
+from cramming.engine.precision import Precision
+from cramming.engine.step import Step, StepState
+from cramming.engine.schedules import lr_multiplier
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +55,9 @@ def _finetune(classifier, network: CompiledClassifier | None, train, evaluations
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: lr_multiplier("cosine", step / total_steps, cfg.warmup_fraction))
     generator = torch.Generator().manual_seed(seed)
-    # the training step every trainer runs (cramming.gradient_step), with the GLUE protocol's plain AdamW: no
+    # the training step every trainer runs (cramming.engine.step), with the GLUE protocol's plain AdamW: no
     # clipping and no skip
-    step = Step(network or classifier, optimizer, precision.grad_scaler(), precision, iter(()), judge=None)
+    step = Step(network or classifier, optimizer, precision.grad_scaler(), precision, iter(()), skip_nonfinite=False)
     state = StepState(model=classifier, device=device)
 
     history, static_up_to = [], network and network.max_length

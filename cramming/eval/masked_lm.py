@@ -14,6 +14,8 @@ from torch import nn
 
 from cramming.errors import CrammingError
 from cramming.eval.config import HF_PREFIX
+from cramming.library_noise import without_load_report
+from cramming.model.checkpoint import load_pretrained, read_config, unwrap
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +24,6 @@ class CrammingMaskedLM:
     """One of our masked LMs (a CrammedForMaskedLM, compiled or wrapped or not) with its tokenizer."""
 
     def __init__(self, model: nn.Module, tokenizer, description: str = "", provenance: dict | None = None):
-        from cramming.model.checkpoint import unwrap
-
         self.model, self.tokenizer = unwrap(model), tokenizer
         self.description, self.provenance = description, provenance
         self.device = next(self.model.parameters()).device
@@ -70,8 +70,6 @@ def open_masked_lm(reference: str | Path, device: torch.device) -> CrammingMaske
     reference = str(reference)
     if reference.startswith(HF_PREFIX):
         return _transformers(reference.removeprefix(HF_PREFIX), device)
-    from cramming.model.checkpoint import load_pretrained, read_config
-
     meta, _ = read_config(reference)
     if meta["task"] != "masked-lm":
         raise CrammingError(f"ckpt={reference}: a {meta['task']} checkpoint; zero-shot scoring needs a masked LM "
@@ -81,10 +79,9 @@ def open_masked_lm(reference: str | Path, device: torch.device) -> CrammingMaske
 
 
 def _transformers(reference: str, device: torch.device) -> TransformersMaskedLM:
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
+    from transformers import AutoModelForMaskedLM, AutoTokenizer  # noqa: PLC0415 -- transformers for hf: only
 
-    from cramming.eval.encoders import attempt, check_transformers_reference
-    from cramming.library_noise import without_load_report
+    from cramming.eval.encoders import attempt, check_transformers_reference  # noqa: PLC0415 -- as above
 
     key = check_transformers_reference(reference)
     tokenizer = attempt(key, AutoTokenizer.from_pretrained, reference, trust_remote_code=True)

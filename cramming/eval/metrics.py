@@ -17,7 +17,7 @@ import numpy as np
 
 def _correlation(function: Callable, predictions: np.ndarray, labels: np.ndarray) -> float:
     """A correlation in percent; 0 when undefined (constant predictions), like scikit-learn's Matthews."""
-    from scipy.stats import ConstantInputWarning
+    from scipy.stats import ConstantInputWarning  # noqa: PLC0415 -- as said at the top
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConstantInputWarning)
@@ -26,7 +26,7 @@ def _correlation(function: Callable, predictions: np.ndarray, labels: np.ndarray
 
 
 def classification_scores(metric: str, predicted: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef  # noqa: PLC0415 -- as said at the top
 
     if metric == "matthews":
         return {"matthews": 100 * float(matthews_corrcoef(labels, predicted))}
@@ -41,7 +41,7 @@ def classification_scores(metric: str, predicted: np.ndarray, labels: np.ndarray
 
 
 def regression_scores(predicted: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    from scipy.stats import pearsonr, spearmanr
+    from scipy.stats import pearsonr, spearmanr  # noqa: PLC0415 -- as said at the top
 
     return {
         "pearson": _correlation(pearsonr, predicted, labels),
@@ -60,7 +60,7 @@ def score(metric: str, outputs: np.ndarray, labels: np.ndarray) -> dict[str, flo
 def grouped_scores(predicted: np.ndarray, labels: np.ndarray, groups: Sequence[Hashable]) -> dict[str, float]:
     """MultiRC's: F1 over every answer (F1a: true is the positive class) and exact match over the questions (a
     question counts when every one of its answers is right); `groups` names each answer's question."""
-    from sklearn.metrics import f1_score
+    from sklearn.metrics import f1_score  # noqa: PLC0415 -- as said at the top
 
     right = collections.defaultdict(list)
     for group, correct in zip(groups, predicted == labels):

@@ -53,7 +53,7 @@ class LoraSettings:
     def apply(self, model: nn.Module, head: list[str]) -> nn.Module:
         """`model` with LoRA beside its target Linear layers, everything but LoRA and the parameters named in
         `head` frozen (a peft.PeftModel; it draws LoRA's A from the global random stream)."""
-        from peft import LoraConfig, get_peft_model  # imported only when used: peft takes seconds to import
+        from peft import LoraConfig, get_peft_model  # noqa: PLC0415 -- only when used: seconds to import
 
         targets = lora_targets(model, head_modules(head), self.target_modules)
         config = LoraConfig(r=self.rank, lora_alpha=self.alpha, lora_dropout=self.dropout, bias="none",
@@ -151,7 +151,7 @@ def record(settings: Optional[LoraSettings], model: Optional[nn.Module] = None) 
     entry = {"method": "lora", **asdict(settings), "label": settings.label, "reference": REFERENCE}
     entry["target_modules"] = None if settings.target_modules is None else list(settings.target_modules)
     if model is not None:
-        from peft.tuners.lora import LoraLayer
+        from peft.tuners.lora import LoraLayer  # noqa: PLC0415 -- peft only with eval.peft set
 
         adapted = [name.removeprefix(BASE_PREFIX) for name, module in model.named_modules()
                    if isinstance(module, LoraLayer)]

@@ -14,6 +14,8 @@ from typing import Iterable, Protocol, Sequence
 import numpy as np
 import torch
 
+from cramming.errors import CrammingError
+
 METHODS = ("pll-word-l2r", "pll")
 DEFAULT_METHOD = "pll-word-l2r"
 CHUNK_SENTENCES = 4096  # sentences whose masked rows are built and run together (bounds the host memory)
@@ -61,8 +63,6 @@ def masked_rows(ids: np.ndarray, words: np.ndarray, mask_id: int, method: str) -
 
 
 def check_method(method: str, key: str = "method") -> None:
-    from cramming.errors import CrammingError
-
     if method not in METHODS:
         raise CrammingError(f"{key}={method!r} must be one of {', '.join(METHODS)}")
 

@@ -10,7 +10,8 @@ from typing import Any, Callable
 
 import torch
 
-from cramming.device import prepare_device
+from cramming.engine.device import prepare_device
+from cramming.engine.precision import Precision
 from cramming.errors import CrammingError
 from cramming.eval.batching import subset
 from cramming.eval.compiled import compiles
@@ -23,14 +24,8 @@ from cramming.eval.start import check_encoder_fits, glue_start
 from cramming.eval.submission import zip_submission
 from cramming.eval.tasks.base import DataMissing, Task, TaskData
 from cramming.eval.tasks.glue import PROTOCOL_NUMBERS, glue_average
-from cramming.eval.tasks.registry import (
-    TASK_NAMES,
-    GlueConfig,
-    as_glue_config,
-    task_named,
-)
+from cramming.eval.tasks.registry import TASK_NAMES, GlueConfig, as_glue_config, task_named
 from cramming.eval.tasks.superglue import SCORE_METRICS, SuperGlueTask, superglue_score
-from cramming.gradient_step import Precision
 from cramming.provenance import provenance
 
 log = logging.getLogger(__name__)
@@ -204,7 +199,7 @@ def _run_task(
 def glue_dev_scores(folder: Path, task_name: str, glue_dir: str | None) -> dict:
     """A fine-tuned model's export (fp32, or its int8 copy: model/quantize.py) scored on the task's dev split(s),
     on the CPU, with the GLUE protocol's tokenization; the task loads, encodes and scores as in eval_glue.py."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # noqa: PLC0415 -- Auto classes (a second), for export's check only
 
     if task_name not in TASK_NAMES:
         raise CrammingError(f"quantize_eval_task={task_name!r} is not a GLUE task; choose one of "

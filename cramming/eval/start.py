@@ -13,12 +13,14 @@ from typing import Optional
 import torch
 from torch import nn
 
-from cramming.device import resolve_device
+from cramming.engine.device import resolve_device
+from cramming.engine.precision import Precision
 from cramming.errors import CrammingError, Problems, problems_of, raise_problems
 from cramming.eval.parameter_efficient import FULL_FINE_TUNING, LoraSettings, head_modules, lora_settings, lora_targets
 from cramming.eval.tasks.base import Task
 from cramming.eval.tasks.registry import GlueConfig, check_glue_config, requested_tasks
-from cramming.gradient_step import Precision
+from cramming.model import build_classifier
+from cramming.model.config import as_model_config
 
 HEAD_PREFIX = "head."  # our classifier's fresh parameters (cramming.model.build_classifier)
 
@@ -73,9 +75,6 @@ def check_encoder_fits(cfg: GlueConfig, lora: Optional[LoraSettings], max_positi
 def check_glue_after_pretraining(cfg: GlueConfig, arch, vocab_size: int) -> None:
     """pretrain.py eval=glue at minute zero: glue_start, and the checkpoint the run will write, built from `arch` on
     the meta device (shapes only), against eval.max_length and LoRA's targets: every problem."""
-    from cramming.model import build_classifier
-    from cramming.model.config import as_model_config
-
     problems = problems_of(lambda: glue_start(cfg))
     lora = _settle([], lambda: lora_settings(cfg))  # a problem of its settings is among glue_start's
     model_cfg = as_model_config(arch)

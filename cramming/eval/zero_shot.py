@@ -18,10 +18,15 @@ import torch
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from cramming.data.store import PreparedDataset
+from cramming.engine.device import prepare_device, resolve_device
 from cramming.errors import CrammingError
+from cramming.eval.bits import bits_per_character, held_out_pieces, text_file_pieces
 from cramming.eval.blimp import PARADIGMS, load_blimp, published, score_blimp
+from cramming.eval.masked_lm import open_masked_lm
 from cramming.eval.pll import DEFAULT_METHOD, check_method
 from cramming.files import write_atomically
+from cramming.provenance import provenance
 
 log = logging.getLogger(__name__)
 DEFAULT_BITS_ROWS = 64
@@ -64,10 +69,6 @@ def check(cfg: ZeroShotConfig) -> None:
 
 def run_zero_shot(cfg: ZeroShotConfig, checkpoint: str, output_dir: str | Path) -> dict:
     """Score `checkpoint` (our checkpoint directory or hf:...) on BLiMP and bits per character; write the reports."""
-    from cramming.device import prepare_device, resolve_device
-    from cramming.eval.masked_lm import open_masked_lm
-    from cramming.provenance import provenance
-
     check(cfg)
     device = resolve_device(cfg.device, "device")
     prepare_device(device)
@@ -79,8 +80,6 @@ def run_zero_shot(cfg: ZeroShotConfig, checkpoint: str, output_dir: str | Path) 
     blimp = timed_blimp(lm, paradigms, cfg.method, cfg.batch_size)
     bits = None
     if texts:
-        from cramming.eval.bits import bits_per_character
-
         bits = {**bits_per_character(lm, texts, cfg.method, cfg.batch_size), "source": source}
         log.info("%.4f bits per character, %.4f per token (%s)", bits["bits_per_char"], bits["bits_per_token"], source)
     results = {
@@ -117,9 +116,6 @@ def time_blimp(checkpoint: str, blimp_dir: str | None, device: str = "auto", pai
                method: str = DEFAULT_METHOD, batch_size: int = 256) -> dict:
     """The BLiMP result of a checkpoint (ours or hf:...) with its time (seconds, rows_per_s), and nothing written:
     for a benchmark such as the GPU check (the whole of BLiMP with pairs_per_paradigm=None)."""
-    from cramming.device import prepare_device, resolve_device
-    from cramming.eval.masked_lm import open_masked_lm
-
     check_method(method)
     resolved = resolve_device(device, "device")
     prepare_device(resolved)
@@ -129,8 +125,6 @@ def time_blimp(checkpoint: str, blimp_dir: str | None, device: str = "auto", pai
 
 def _bits_texts(cfg: ZeroShotConfig, lm) -> tuple[list[str], str | None, str | None]:
     """(texts, where they come from, why there are none)."""
-    from cramming.eval.bits import held_out_pieces, text_file_pieces
-
     if cfg.text_file is not None:
         return text_file_pieces(cfg.text_file), cfg.text_file, None
     dataset_name = (lm.provenance or {}).get("dataset")
@@ -139,8 +133,6 @@ def _bits_texts(cfg: ZeroShotConfig, lm) -> tuple[list[str], str | None, str | N
     folder = Path(cfg.cache_dir).expanduser() / "data" / dataset_name
     if not folder.is_dir():
         return [], None, f"no text_file, and the run's dataset {dataset_name} is not in {folder.parent}"
-    from cramming.data.store import PreparedDataset
-
     dataset = PreparedDataset.open(folder)
     if not dataset.held_out_rows:
         return [], None, f"no text_file, and the run's dataset {dataset_name} holds no rows out"
@@ -179,6 +171,6 @@ def markdown_report(results: dict) -> str:
         lines += ["## Bits per character", "", f"not measured: {results['bits_skipped']}", ""]
     lines += ["## Paradigms", "", "| paradigm | percent |", "|---|---|"]
     lines += [f"| {uid} | {value:.1f} |" for uid, value in blimp["paradigms"].items()]
-    lines += ["", f"BLiMP: {blimp['rows']:,} masked rows in {blimp['seconds']:.1f} s ({blimp['rows_per_s']:,.0f} rows/s) "
-              f"on {results['device']}", ""]
+    lines += ["", f"BLiMP: {blimp['rows']:,} masked rows in {blimp['seconds']:.1f} s "
+              f"({blimp['rows_per_s']:,.0f} rows/s) on {results['device']}", ""]
     return "\n".join(lines)

@@ -224,7 +224,7 @@ def non_finite(tensors: dict[str, torch.Tensor]) -> list[str]:
 
 
 def read_tokenizer(directory: str | os.PathLike) -> "PreTrainedTokenizerFast":
-    from transformers import PreTrainedTokenizerFast  # here, so that importing cramming.model stays light
+    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415 -- importing cramming.model stays light
 
     path = Path(directory) / TOKENIZER_NAME
     if not path.is_file():
@@ -242,4 +242,5 @@ def load_weights(module: nn.Module, state: dict[str, torch.Tensor], directory) -
         module.load_state_dict(state, strict=True)
     except RuntimeError as error:
         summary = " ".join(str(error).split())[:300]
-        raise CrammingError(f"the weights in {directory} do not fit the model they are loaded into: {summary}") from None
+        raise CrammingError(f"the weights in {directory} do not fit the model they are loaded into: "
+                            f"{summary}") from None

@@ -4,7 +4,8 @@ the masked-LM and classification heads, the models.
 The building blocks (embeddings, attention, feed-forward, layer) are in layers.py, the unpadded path
 (padded batches run as their real tokens) in unpadded.py, and the initialization in initialization.py. All
 four import only torch: the `transformers` export ships these very files as the model's remote code, so an
-exported model runs the same forward pass and the same initialization as the one that trained.
+exported model runs the same forward pass and the same initialization as the one that trained. One concept,
+the model read from the top, kept whole so that its forward pass reads in one file.
 """
 
 from collections import OrderedDict

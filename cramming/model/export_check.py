@@ -7,19 +7,22 @@ again and compares: token ids, masked-LM logits and every hidden state within 1e
 from pathlib import Path
 
 import torch
+import transformers
+from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 TEXTS = ["the cat sat on the mat.", "a short one", "numbers like 1984 and words like transformers"]
 TOLERANCE = 1e-4
 
 
 def make(directory: Path) -> None:
-    from cramming.data.config import NormalizeConfig, TokenizerConfig
-    from cramming.data.sources import embedded_documents
-    from cramming.data.tokenizer import as_transformers_tokenizer, train_tokenizer
-    from cramming.model import build_mlm_model
-    from cramming.model.checkpoint import save_pretrained
-    from cramming.model.config import ModelConfig
-    from cramming.model.export import export_to_transformers
+    # here: `check` runs where only torch and transformers are sure to be (other transformers versions)
+    from cramming.data.config import NormalizeConfig, TokenizerConfig  # noqa: PLC0415 -- as said above
+    from cramming.data.sources import embedded_documents  # noqa: PLC0415 -- as said above
+    from cramming.data.tokenizer import as_transformers_tokenizer, train_tokenizer  # noqa: PLC0415 -- as said above
+    from cramming.model import build_mlm_model  # noqa: PLC0415 -- as said above
+    from cramming.model.checkpoint import save_pretrained  # noqa: PLC0415 -- as said above
+    from cramming.model.config import ModelConfig  # noqa: PLC0415 -- as said above
+    from cramming.model.export import export_to_transformers  # noqa: PLC0415 -- as said above
 
     texts = [line for document in embedded_documents() for line in document if line.strip()]
     tokenizer = as_transformers_tokenizer(train_tokenizer(texts, TokenizerConfig(vocab_size=2048), NormalizeConfig()))
@@ -33,8 +36,6 @@ def make(directory: Path) -> None:
 
 def outputs(export: Path) -> dict[str, torch.Tensor]:
     """What the export computes for TEXTS, through the Auto classes of the installed transformers."""
-    from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(export, trust_remote_code=True)
     inputs = tokenizer(TEXTS, padding=True, return_tensors="pt")
     with torch.no_grad():
@@ -48,8 +49,6 @@ def outputs(export: Path) -> dict[str, torch.Tensor]:
 
 
 def check(directory: Path) -> int:
-    import transformers
-
     reference = torch.load(directory / "reference.pt")
     found = outputs(directory / "export")
     differences = {}

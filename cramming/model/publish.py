@@ -2,13 +2,14 @@
 
 from pathlib import Path
 
+from huggingface_hub import HfApi
+from transformers import AutoConfig, AutoModel, AutoTokenizer
+
 from ..errors import CrammingError
 
 
 def check_loadable(folder: Path) -> None:
     """The folder loads as users will load it (config, tokenizer, weights) before anything is uploaded."""
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
-
     AutoConfig.from_pretrained(folder, trust_remote_code=True)
     AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
     AutoModel.from_pretrained(folder, trust_remote_code=True)
@@ -19,8 +20,6 @@ def push_to_hub(folder: Path, repo_id: str) -> str:
 
     Any failure (no network, offline mode, no token, a name taken) ends in one line that says the export
     on disk is complete and how to upload it later."""
-    from huggingface_hub import HfApi
-
     api = HfApi()
     try:
         api.create_repo(repo_id, exist_ok=True)

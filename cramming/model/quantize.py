@@ -32,8 +32,12 @@ def is_transformers_export(folder: Path) -> bool:
 def auto_class(folder: Path):
     """The Auto class of the model an export holds: a sequence classifier, a multiple-choice model (both kept by
     eval.save_models), else a masked LM."""
-    from transformers import (AutoConfig, AutoModelForMaskedLM, AutoModelForMultipleChoice,
-                              AutoModelForSequenceClassification)
+    from transformers import (  # noqa: PLC0415 -- seconds; the GLUE tasks and export.py import this module
+        AutoConfig,
+        AutoModelForMaskedLM,
+        AutoModelForMultipleChoice,
+        AutoModelForSequenceClassification,
+    )
 
     architectures = AutoConfig.from_pretrained(folder, trust_remote_code=True).architectures or []
     for head, auto in (("SequenceClassification", AutoModelForSequenceClassification),
@@ -45,8 +49,8 @@ def auto_class(folder: Path):
 
 def load_quantized(folder: str | os.PathLike, method: str = "int8"):
     """The export in `folder` loaded with its Linear weights quantized (CPU)."""
-    from torchao.quantization import Int8DynamicActivationInt8WeightConfig
-    from transformers import TorchAoConfig
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig  # noqa: PLC0415 -- only for quantize=
+    from transformers import TorchAoConfig  # noqa: PLC0415 -- as in auto_class
 
     if method not in QUANTIZATIONS:
         raise CrammingError(f"quantize={method!r} must be one of {', '.join(QUANTIZATIONS)} (or null: none)")
@@ -58,9 +62,9 @@ def load_quantized(folder: str | os.PathLike, method: str = "int8"):
 
 def write_quantized(export_dir: str | os.PathLike, out_dir: str | os.PathLike, method: str = "int8") -> dict:
     """Write the int8 copy of the export in `export_dir` to `out_dir`; returns both weight files' sizes."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # noqa: PLC0415 -- as in auto_class
 
-    from .export import _name_a_tokenizer_class_every_version_has
+    from .export import _name_a_tokenizer_class_every_version_has  # noqa: PLC0415 -- it imports transformers
 
     export_dir, out_dir = Path(export_dir), Path(out_dir)
     model = load_quantized(export_dir, method)

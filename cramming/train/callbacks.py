@@ -1,5 +1,5 @@
 """Components that act at named points of training, like Composer's algorithms on events, and what they see
-there: the TrainState (where training stands, stopping.Progress, and what the step just did).
+there: the TrainState (where training stands, progress.Progress, and what the step just did).
 
 The trainer calls every callback at each point, in order, and keeps what `state_dict` returns in each
 checkpoint, so a resumed run restores it; the loop itself never changes. The metrics record, the
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import torch
 
-from cramming.gradient_step import StepState
-from cramming.train.stopping import BudgetClock, NonFiniteSteps, Progress
+from cramming.engine.step import Step, StepHooks, StepState
+from cramming.train.nonfinite import NonFiniteSteps
+from cramming.train.progress import BudgetClock, Progress
 
 
 @dataclass(kw_only=True)
@@ -29,13 +30,14 @@ class TrainState(StepState):
     tokenizer: object = None  # the dataset's (transformers) tokenizer
     nonfinite: NonFiniteSteps | None = None  # the skipped steps' counts, on the device until read
     # the current step, set before it runs (with accumulate: the microbatches planned, on every rank)
-    fraction: float = 0.0  # schedule progress f
-    lr: float = 0.0
+    fraction: float = 0.0  # schedule progress f (StepState's lr: the learning rate at f)
     validation: dict | None = None  # figures of a validation just run, for the next metrics record
 
 
 class Callback:
     """Override the points you need; all receive the TrainState. `name` keys the checkpointed state."""
+
+    keeps_batches = False  # whether after_gradients needs the step's microbatches
 
     @property
     def name(self) -> str:
@@ -50,6 +52,11 @@ class Callback:
     def after_forward(self, state: TrainState, batch: dict, loss: torch.Tensor, output) -> torch.Tensor:
         """Each microbatch's loss before its backward; return it, or a changed one (e.g. distillation,
         importance weights). `output` is the model's (its logits), `batch` what the stream gave."""
+        return loss
+
+    def after_gradients(self, step: Step, state: TrainState, batches: list[dict], loss: torch.Tensor) -> torch.Tensor:
+        """The step's gradients are accumulated and synchronized (not yet unscaled); return the step's loss. A
+        technique may take the gradients again through `step` on `batches` (SAM; kept when `keeps_batches`)."""
         return loss
 
     def before_optimizer_step(self, state: TrainState) -> None:
@@ -74,8 +81,9 @@ class Callback:
         """Restore what state_dict returned (only called when it returned something)."""
 
 
-class CallbackList:
-    """Calls each callback at each point, in the order given."""
+class CallbackList(StepHooks):
+    """Calls each callback at each point, in the order given; as the step's hooks, the plain step's bodies at the
+    points no callback has (the benchmark's timed step with techniques)."""
 
     def __init__(self, callbacks: list[Callback]):
         names = [callback.name for callback in callbacks]
@@ -83,6 +91,7 @@ class CallbackList:
         if duplicated:
             raise ValueError(f"two callbacks are named {', '.join(duplicated)}; give each its own name")
         self.callbacks = list(callbacks)
+        self.keeps_batches = any(callback.keeps_batches for callback in self.callbacks)
 
     def on_train_start(self, state: TrainState) -> None:
         for callback in self.callbacks:
@@ -95,6 +104,11 @@ class CallbackList:
     def after_forward(self, state: TrainState, batch: dict, loss: torch.Tensor, output) -> torch.Tensor:
         for callback in self.callbacks:
             loss = callback.after_forward(state, batch, loss, output)
+        return loss
+
+    def after_gradients(self, step: Step, state: TrainState, batches: list[dict], loss: torch.Tensor) -> torch.Tensor:
+        for callback in self.callbacks:
+            loss = callback.after_gradients(step, state, batches, loss)
         return loss
 
     def before_optimizer_step(self, state: TrainState) -> None:

@@ -11,9 +11,9 @@ from typing import Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from cramming.engine.schedules import check_lr_schedule
 from cramming.errors import require
 from cramming.plugin_keys import with_settings
-from cramming.schedules import check_lr_schedule
 from cramming.train.optimizers import NAMES, OPTIMIZERS
 from cramming.train.techniques import TECHNIQUES
 
@@ -114,7 +114,7 @@ class ValidationConfig:
 class TrainConfig:
     name: str = MISSING
     optim: OptimConfig = field(default_factory=OptimConfig)
-    # lr multiplier of the progress fraction f (cramming.schedules.lr_multiplier): triangle = min(0.25 + f,
+    # lr multiplier of the progress fraction f (cramming.engine.schedules.lr_multiplier): triangle = min(0.25 + f,
     # 4 - 4f) (the crammed recipe), constant, linear (1 - f), cosine (warm-up over warmup_fraction, then to
     # 0), wsd, one-cycle, inverse-sqrt
     lr_schedule: str = "triangle"
@@ -125,7 +125,7 @@ class TrainConfig:
     batch_size: int = 8192  # sequences per optimizer step once the ramp is done
     batch_ramp_fraction: float = 0.6  # the batch grows linearly from one microbatch to batch_size until this f
     # a floor on the optimizer steps of a budget run: the final batch is at most the run's expected sequences /
-    # min_steps (cramming.schedules.fitted_batch_size); null: always batch_size (the crammed recipe)
+    # min_steps (cramming.engine.schedules.fitted_batch_size); null: always batch_size (the crammed recipe)
     min_steps: Optional[int] = None
     mlm_rate: float = 0.25
     seed: int = 0

@@ -1,15 +1,15 @@
-"""The training loop: pick the step's lr and batch for the current progress, run it, let the components
+"""The training loop: pick the step's lr and batch for the current progress, run the step, let the components
 act, until the stopping rule says so. Everything else (logging, checkpoints, techniques) is a callback.
 
-The step is the one every user of a training step runs (cramming.gradient_step.Step); pretraining gives it
-its stream of microbatches, its callbacks, the ranks, and the two functions below."""
+The step is the one every trainer runs (cramming.engine.step.Step: read it top to bottom in `Step.run`);
+pretraining acts at its named points through `PretrainingHooks`, below."""
 
 from dataclasses import dataclass
 
 import torch
 
-from cramming.gradient_step import Step
-from cramming.schedules import accumulation_steps, fitted_batch_size, lr_multiplier, set_lr
+from cramming.engine.schedules import accumulation_steps, fitted_batch_size, lr_multiplier
+from cramming.engine.step import Step, StepHooks
 from cramming.train.callbacks import CallbackList, TrainState
 from cramming.train.stopping import LocalAgreement
 
@@ -49,15 +49,36 @@ class Schedule:
                                   train.batch_ramp_fraction)
 
 
-def counted_finite(state: TrainState, loss_finite: torch.Tensor, gradient_finite: torch.Tensor) -> torch.Tensor:
-    """Pretraining's judge of a step: skip it when its loss or gradient norm is not finite, and count it on the
-    device, without a host sync (cramming.train.stopping.NonFiniteSteps)."""
-    return state.nonfinite.observe(loss_finite, gradient_finite, state.progress.step + 1)
+class PretrainingHooks(StepHooks):
+    """Pretraining's bodies for the step's named points: a budget that runs out ends a step between microbatches
+    (decided alike on every rank: cramming.train.stopping), each microbatch counts into the progress (which a
+    simulated budget clock reads), a non-finite step is counted on the device without a host sync
+    (cramming.train.nonfinite), and the callbacks (techniques among them) act at the rest."""
 
+    def __init__(self, callbacks: CallbackList, agreement: LocalAgreement):
+        self.callbacks, self.agreement = callbacks, agreement
+        self.keeps_batches = callbacks.keeps_batches
 
-def count_microbatch(state: TrainState) -> None:
-    """The position in the data stream (which a simulated budget clock reads), after each microbatch."""
-    state.progress.microbatches += 1
+    def another_microbatch(self, state: TrainState) -> bool:
+        return not self.agreement.budget_ran_out()
+
+    def after_forward(self, state: TrainState, batch: dict, loss: torch.Tensor, output) -> torch.Tensor:
+        return self.callbacks.after_forward(state, batch, loss, output)
+
+    def after_microbatch(self, state: TrainState) -> None:
+        state.progress.microbatches += 1
+
+    def after_gradients(self, step: Step, state: TrainState, batches: list[dict], loss: torch.Tensor) -> torch.Tensor:
+        return self.callbacks.after_gradients(step, state, batches, loss)
+
+    def judge(self, state: TrainState, loss_finite: torch.Tensor, gradient_finite: torch.Tensor) -> torch.Tensor:
+        return state.nonfinite.observe(loss_finite, gradient_finite, state.progress.step + 1)
+
+    def before_optimizer_step(self, state: TrainState) -> None:
+        self.callbacks.before_optimizer_step(state)
+
+    def after_optimizer_step(self, state: TrainState) -> None:
+        self.callbacks.after_optimizer_step(state)
 
 
 def run_loop(state: TrainState, step: Step, agreement: LocalAgreement, schedule: Schedule,
@@ -71,10 +92,9 @@ def run_loop(state: TrainState, step: Step, agreement: LocalAgreement, schedule:
         state.fraction = agreement.fraction(progress)
         schedule.observe(state.fraction, progress.tokens / tokens_per_microbatch * schedule.sequences_per_microbatch)
         state.lr, state.accumulate = schedule.lr(state.fraction), schedule.accumulate(state.fraction)
-        set_lr(state.optimizer, state.lr)
         callbacks.before_step(state)
         step.run(state, state.clock.paused_seconds)
-        if state.nonfinite.due(progress.step + 1):  # may stop a diverged run (stopping.NonFiniteSteps)
+        if state.nonfinite.due(progress.step + 1):  # may stop a diverged run (nonfinite.NonFiniteSteps)
             state.nonfinite.settle(progress, progress.step + 1)
         progress.step += 1
         progress.tokens += state.step_microbatches * tokens_per_microbatch

@@ -13,12 +13,13 @@ import torch
 from omegaconf import OmegaConf
 
 from cramming.data.mlm import synthetic_mlm_batch
+from cramming.engine.precision import Precision
+from cramming.engine.step import backward
 from cramming.errors import CrammingError
 from cramming.files import read_json_object, write_atomically
-from cramming.gradient_step import Precision, backward
 from cramming.train.distributed import Distributed
-from cramming.train.techniques import microbatch_key
 from cramming.train.settings import Settings
+from cramming.train.techniques import microbatch_key
 
 log = logging.getLogger("pretrain")
 
@@ -132,7 +133,8 @@ def cuda_step(model: torch.nn.Module, seq_length: int, vocab_size: int, mlm_rate
 
     def step(n: int) -> int:
         device = next(model.parameters()).device
-        batch = {key: value.to(device) for key, value in synthetic_mlm_batch(n, seq_length, vocab_size, mlm_rate).items()}
+        synthetic = synthetic_mlm_batch(n, seq_length, vocab_size, mlm_rate)
+        batch = {key: value.to(device) for key, value in synthetic.items()}
         torch.cuda.reset_peak_memory_stats(device)
         try:
             backward(model, batch, precision, scaler)

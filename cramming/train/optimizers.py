@@ -14,7 +14,7 @@ Declared at class level:
 - `offloadable`: whether `impl.offload_optimizer` may hold it.
 
 A hyperparameter the optimizer does not use is an error rather than silently ignored (OptimConfig.check).
-Weight decay falls on matrices only for all of them (cramming.adamw.parameter_groups). Implementations come
+Weight decay falls on matrices only for all of them (cramming.engine.adamw.parameter_groups). Implementations come
 from torch.optim where it has them, from pytorch-optimizer (LAMB, Lion, Muon) and torchao (8-bit AdamW)
 otherwise; SophiaG is written here. docs/ablations.md says what each does.
 
@@ -26,7 +26,7 @@ from typing import ClassVar, Optional
 import torch
 from torch import nn
 
-from cramming.adamw import build_optimizer, parameter_groups
+from cramming.engine.adamw import build_optimizer, parameter_groups
 from cramming.errors import CrammingError
 from cramming.model.crammed_bert import encoder_matrices
 from cramming.plugin_keys import Setting
@@ -65,7 +65,7 @@ class Optimizer:
 
 class AdamW(Optimizer):
     """AdamW (Loshchilov & Hutter 2019, "Decoupled Weight Decay Regularization"), the crammed recipe's optimizer,
-    the default; torch's fused kernel where it has one (cramming.adamw)."""
+    the default; torch's fused kernel where it has one (cramming.engine.adamw)."""
 
     name = "adamw"
     keys = ("lr", "betas", "eps", "weight_decay")
@@ -87,7 +87,7 @@ class Lamb(Optimizer):
 
     @staticmethod
     def build(model, optim):
-        from pytorch_optimizer import Lamb as LambUpdate
+        from pytorch_optimizer import Lamb as LambUpdate  # noqa: PLC0415 -- only for optim=lamb
 
         return LambUpdate(optimizer_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps)
 
@@ -103,7 +103,7 @@ class Lion(Optimizer):
 
     @staticmethod
     def build(model, optim):
-        from pytorch_optimizer import Lion as LionUpdate
+        from pytorch_optimizer import Lion as LionUpdate  # noqa: PLC0415 -- only for optim=lion
 
         return LionUpdate(optimizer_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas))
 
@@ -144,7 +144,7 @@ class Muon(Optimizer):
 
     @staticmethod
     def build(model, optim):
-        from pytorch_optimizer import Muon as MuonUpdate
+        from pytorch_optimizer import Muon as MuonUpdate  # noqa: PLC0415 -- only for optim=muon
 
         hidden = {id(p) for p in encoder_matrices(model).values()}
         groups = []
@@ -160,7 +160,7 @@ class Muon(Optimizer):
 class AdamW8bit(Optimizer):
     """torchao's AdamW with block-wise 8-bit moments (Dettmers et al. 2022), CUDA only: 2 bytes of state per
     parameter instead of 8. Matrices of 4096 or more values (a multiple of the 256-value block) get 8-bit states,
-    the rest fp32. Its learning rate is a tensor in each group (cramming.schedules.set_lr fills it in place)."""
+    the rest fp32. Its learning rate is a tensor in each group (cramming.engine.schedules.set_lr fills it in place)."""
 
     name = "adamw8bit"
     keys = ("lr", "betas", "eps", "weight_decay")
@@ -174,7 +174,7 @@ class AdamW8bit(Optimizer):
 
     @staticmethod
     def build(model, optim):
-        from torchao.optim import AdamW8bit as AdamW8bitUpdate
+        from torchao.optim import AdamW8bit as AdamW8bitUpdate  # noqa: PLC0415 -- torchao, CUDA only: optim=adamw8bit
 
         return AdamW8bitUpdate(optimizer_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps,
                                weight_decay=optim.weight_decay)

@@ -14,8 +14,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
 from cramming.errors import CrammingError
-from cramming.train.callbacks import Callback, TrainState
 from cramming.runs import read_records
+from cramming.train.callbacks import Callback, TrainState
 
 PLOTS_DIR = "plots"
 # Redrawing the plots takes about a second: at most this often while training (the end of the run draws its own).
@@ -129,7 +129,8 @@ def plot_run(run_dir: Path) -> list[Path]:
     validated = any("val_loss" in record for record in records)
     losses = {"training": column("loss"), "validation": column("val_loss")} if validated else column("loss")
     written = [
-        _save([(time, time_label, losses, "MLM loss"), (tokens, "tokens", losses, "MLM loss")], out / "loss.png", title),
+        _save([(time, time_label, losses, "MLM loss"), (tokens, "tokens", losses, "MLM loss")], out / "loss.png",
+              title),
         _save([(time, time_label, column("lr"), "learning rate"),
                (time, time_label, column("batch_size"), "batch size (sequences)")], out / "schedules.png", title),
     ]

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 import torch
 from omegaconf import OmegaConf
 
-from cramming.device import resolve_device
+from cramming.engine.device import resolve_device
+from cramming.engine.precision import Precision
 from cramming.errors import CrammingError
-from cramming.gradient_step import Precision
 from cramming.hardware import GpuProfile, check_profile, known_profiles, resolve_auto, warn_if_mismatched
 
 

@@ -172,7 +172,8 @@ def build_summary(facts: RunFacts) -> dict:
         "training_s": round(elapsed, 3),  # on the budget clock, earlier runs of a resumed training included
         "compile_s": round(compiled, 3) if compiled is not None else None,  # estimate, this process only
         "time_shares": time_shares(step_timing) if step_timing else None,
-        "outside_training_s": round(facts.session_wall_s - facts.session_training_s, 3),  # this process: data, search, setup
+        # this process: data, search, setup
+        "outside_training_s": round(facts.session_wall_s - facts.session_training_s, 3),
         "outside_training": outside_training(facts),
         "lost_to_crashes_s": round(progress["lost_to_crashes"], 3),  # charged on resumes (heartbeat.json)
         "peak_memory_gb": round(facts.peak_memory, 3),

@@ -1,8 +1,11 @@
 """train(cfg): set up outside the budget, train under it, leave the run's record.
 
 The trainer only composes. Set-up: settings, data, model, optimizer, resume, microbatch, run directory.
-Training: the loop (train.loop) runs the step (cramming.gradient_step) under the stopping rule and the schedules, and
+Training: the loop (train.loop) runs the step (cramming.engine.step) under the stopping rule and the schedules, and
 calls the callbacks at its named points: techniques first, then the metrics record and the checkpoints.
+
+One concept, the composition of a run, kept in one file over 300 lines so that a reader sees every part a run
+is built from, and the order they are wired in, in one place.
 """
 
 import contextlib
@@ -22,31 +25,35 @@ from cramming.data.prepare import prepare_dataset
 from cramming.data.store import PreparedDataset
 from cramming.data.stream import Microbatches
 from cramming.data.tokenizer import as_transformers_tokenizer, load_tokenizer
-from cramming.device import deterministic_algorithms, prepare_device
+from cramming.engine.device import deterministic_algorithms, prepare_device
+from cramming.engine.step import Step
 from cramming.files import WriteFailed, write_atomically
-from cramming.gradient_step import Step
 from cramming.hardware import GpuProfile, budget_seconds
 from cramming.model import build_mlm_model, training_flops_per_token
 from cramming.provenance import config_sha256, provenance
-from cramming.runs import (CONFIG_FILE, FINAL, RunStart, new_run_dir, read_records, record_config,
-                           resolve_checkpoint, resumed_run_dir, run_of)
+from cramming.runs import (CONFIG_FILE, FINAL, RunStart, new_run_dir, read_records, record_config, resolve_checkpoint,
+                           resumed_run_dir, run_of)
 from cramming.train.callbacks import Callback, CallbackList, TrainState
-from cramming.train.checkpointing import (Checkpointer, Heartbeat, NonFiniteWeightsError, charge_lost_time,
-                                          check_resumed_model, load_state, restore, resume_fingerprint)
+from cramming.train.checkpointing import Checkpointer, NonFiniteWeightsError
+from cramming.train.data_repeats import DataRepeats
 from cramming.train.distributed import Distributed, NodeHandoff
-from cramming.train.loop import Schedule, count_microbatch, counted_finite, run_loop
+from cramming.train.loop import PretrainingHooks, Schedule, run_loop
 from cramming.train.microbatch import choose_microbatch
+from cramming.train.nonfinite import NonFiniteLossError, NonFiniteSteps, resume_advice
 from cramming.train.optimizers import build_pretraining_optimizer
 from cramming.train.plots import PlotRefresh
-from cramming.train.reporting import (MetricsLog, MetricsLogger, ProgressBar, WandbLogger, format_duration,
-                                      use_bar)
+from cramming.train.progress import BudgetClock, Progress, time_source
+from cramming.train.progress_bar import ProgressBar, use_bar
+from cramming.train.reporting import MetricsLog, MetricsLogger, WandbLogger, format_duration
+from cramming.train.resume import (Heartbeat, charge_lost_time, check_resumed_model, load_state, restore,
+                                   resume_fingerprint)
 from cramming.train.settings import Settings, device_profile, resolve_settings
-from cramming.train.stopping import (BudgetClock, Interrupted, LocalAgreement, NonFiniteLossError, NonFiniteSteps,
-                                     Progress, StoppingRule, agreement as rank_agreement, resume_advice, time_source)
+from cramming.train.signals import Interrupted
+from cramming.train.stopping import LocalAgreement, StoppingRule
+from cramming.train.stopping import agreement as rank_agreement
 from cramming.train.summary import RunFacts, leave_record, peak_memory_gb
-from cramming.train.data_repeats import DataRepeats
 from cramming.train.techniques import (RunContext, Technique, build_techniques, check_technique_inputs, data_stream,
-                                       extra_memory, prepare_model, wrap_optimizer, wrap_step)
+                                       extra_memory, prepare_model, wrap_optimizer)
 from cramming.train.telemetry import TelemetrySampler
 from cramming.train.validation import Validation
 
@@ -111,7 +118,7 @@ class Run:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
-    fingerprint: dict  # what a resume must match (cramming.train.checkpointing.resume_fingerprint)
+    fingerprint: dict  # what a resume must match (cramming.train.resume.resume_fingerprint)
     progress: Progress  # zero, or the resumed checkpoint's
     checkpoint: Path | None  # the checkpoint resumed from
     saved: dict | None  # its trainer state
@@ -233,10 +240,8 @@ def train_run(run: Run, callbacks: list[Callback], zero_shot: Callable | None, s
     plots = [PlotRefresh(lambda: checkpointer.newest)] if dist.is_main else []  # after the checkpointer
     bar = [ProgressBar(logger, stopping)] if dist.is_main and use_bar(cfg.logging.progress) else []
     callbacks = CallbackList([*recorded.callbacks, *bar, *heartbeat, checkpointer, *plots])
-    step = wrap_step(techniques, Step(
-        _network(model, settings, dist), run.optimizer, run.scaler, settings.precision, stream,
-        grad_clip=cfg.train.optim.grad_clip, callbacks=callbacks, dist=dist, judge=counted_finite,
-        budget_ran_out=agreement.budget_ran_out, on_microbatch=count_microbatch))
+    step = Step(_network(model, settings, dist), run.optimizer, run.scaler, settings.precision, stream,
+                hooks=PretrainingHooks(callbacks, agreement), grad_clip=cfg.train.optim.grad_clip, dist=dist)
 
     stop_reason, summary = "error", None
     start.done()
@@ -327,7 +332,8 @@ def _run_directory(cfg, dist: Distributed, checkpoint: Path | None, progress: Pr
         else:
             run_dir = new_run_dir(cfg.output_dir, cfg.name)
             if checkpoint is not None:
-                earlier = [r for r in read_records(checkpoint.parent.parent / "metrics.jsonl") if r["step"] <= progress.step]
+                earlier = [r for r in read_records(checkpoint.parent.parent / "metrics.jsonl")
+                           if r["step"] <= progress.step]
                 write_atomically(run_dir / "metrics.jsonl", "".join(json.dumps(record) + "\n" for record in earlier))
                 log.info("resuming into a new run directory %s (the checkpoint's is outside %s)", run_dir,
                          (Path(cfg.output_dir) / cfg.name).resolve())
@@ -343,7 +349,7 @@ def _release_network(step: Step) -> None:
     worker may need the GIL to free a finished collective's tensors, and the rank hangs at its end (seen once in
     the suite, on rank 1). Released here (collected at once, even inside a reference cycle), the group's last
     reference is dropped by dist.leave(), from Python, which releases the GIL first."""
-    step.base.network = None
+    step.network = None
     gc.collect()
 
 

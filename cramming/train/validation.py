@@ -13,7 +13,7 @@ import torch
 
 from cramming.data.mlm import IGNORE_INDEX, MLMCollator, PackedRows, labels_at_logits
 from cramming.data.store import PreparedDataset
-from cramming.gradient_step import Precision
+from cramming.engine.precision import Precision
 from cramming.train.callbacks import Callback, TrainState
 from cramming.train.distributed import Distributed
 from cramming.train.stopping import LocalAgreement
@@ -100,9 +100,9 @@ class Validation(Callback):
         at, limit = self.early_stop
         loss = state.validation["val_loss"]
         if fraction >= at and loss > limit:
-            self.agreement.stopping.stop_early(f"validation loss {loss:.4f} at {100 * fraction:.0f}% of training is above "
-                                     f"train.validation.early_stop_loss={limit} (checked from "
-                                     f"train.validation.early_stop_fraction={at})")
+            self.agreement.stopping.stop_early(f"validation loss {loss:.4f} at {100 * fraction:.0f}% of training is "
+                                               f"above train.validation.early_stop_loss={limit} (checked from "
+                                               f"train.validation.early_stop_fraction={at})")
 
     def state_dict(self) -> dict:
         return {"passed": self.passed}

@@ -46,7 +46,8 @@ def test_prepare_benchmark_prints_the_ratio_to_bare_encoding(tmp_path, cache_dir
                           "--set", "data.tokenizer.vocab_size=200"],
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
-    row = re.search(r"^\| `.*corpus\.txt\.gz` \| (\d+) \| ([\d.]+) s \| (\d+) MB \| ([\d.]+) s \| (\d+) MB \| ([\d.]+)x \|$",
+    row = re.search(r"^\| `.*corpus\.txt\.gz` \| (\d+) \| ([\d.]+) s \| (\d+) MB \| "
+                    r"([\d.]+) s \| (\d+) MB \| ([\d.]+)x \|$",
                     run.stdout, re.M)
     assert row, run.stdout
     prepare_s, bare_s, ratio = float(row[2]), float(row[4]), float(row[6])
@@ -63,10 +64,12 @@ def test_prepare_benchmark_refuses_a_pattern_without_files(tmp_path):
 
 def test_glue_speed_without_the_tsv_files_is_one_line_and_on_a_cpu_it_says_its_cpu_sizes(tmp_path):
     """With its defaults on a CPU (800 examples a task, 3 repeats) it ran past 10 minutes without a word."""
-    run = subprocess.run([sys.executable, "scripts/bench_glue_speed.py", "--glue-dir", str(tmp_path), "--device", "cpu"],
+    run = subprocess.run([sys.executable, "scripts/bench_glue_speed.py", "--glue-dir", str(tmp_path),
+                          "--device", "cpu"],
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "Traceback" not in run.stderr
-    assert run.stderr.strip() == f"error: --glue-dir {tmp_path}: {tmp_path / 'RTE' / 'train.tsv'} not found (a classic GLUE TSV directory)"
+    assert run.stderr.strip() == (f"error: --glue-dir {tmp_path}: {tmp_path / 'RTE' / 'train.tsv'} not found "
+                                  "(a classic GLUE TSV directory)")
     assert run.stdout == ("on the CPU: --examples 200 --repeats 2, to end in minutes (a GPU's 800 x 3 takes over 10 "
                           "minutes here); set them to choose\n")
 
@@ -76,8 +79,8 @@ def test_the_sparse_matmul_benchmark_refuses_a_machine_without_sparse_tensor_cor
     run = subprocess.run([sys.executable, "scripts/bench_sparse.py"], cwd=REPO_ROOT, capture_output=True, text=True,
                          timeout=60, env=no_gpu)
     assert run.returncode == 2 and "Traceback" not in run.stderr
-    assert run.stderr.strip() == ("error: scripts/bench_sparse.py times torch.sparse's 2:4 kernels, which need an NVIDIA "
-                                  "GPU of compute capability 8.0 or later (no CUDA GPU here)")
+    assert run.stderr.strip() == ("error: scripts/bench_sparse.py times torch.sparse's 2:4 kernels, which need an "
+                                  "NVIDIA GPU of compute capability 8.0 or later (no CUDA GPU here)")
 
 
 GLUE_FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
@@ -93,7 +96,8 @@ def test_glue_protocol_projects_every_task_and_the_whole(tmp_path):
                           "--steps", "2", "--device", "cpu", *TINY_SHAPE],
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
-    assert "compiled: False, dropout 0.1; 2 steps of 16 a task, medians of 3 timed epochs" in run.stdout  # the CPU's default
+    # the CPU's default
+    assert "compiled: False, dropout 0.1; 2 steps of 16 a task, medians of 3 timed epochs" in run.stdout
     rows = dict(re.findall(rf"^\| ({'|'.join(GLUE_FOLDERS)}) \| (.*) \|$", run.stdout, re.M))
     assert list(rows) == ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
     present = [name for name in rows if (SHARED_DATA / "glue" / GLUE_FOLDERS[name] / "train.tsv").is_file()]

@@ -33,7 +33,8 @@ def test_benchmark_writes_results(tmp_path):
     # ... but its matmuls' own peak is measured in the same run: the MFU that a CPU can be judged by
     assert report["measured_peak_tflops"] > 0
     for model in ("ours", "hf_bert"):
-        expected = report[model]["tokens_per_s"] * report[model]["flops_per_token"] / (report["measured_peak_tflops"] * 1e12)
+        expected = (report[model]["tokens_per_s"] * report[model]["flops_per_token"]
+                    / (report["measured_peak_tflops"] * 1e12))
         assert report[model]["mfu_measured"] == expected and expected > 0  # the peak is measured at another moment
     assert len(report["ours"]["step_times_s"]) == 2
     assert "| ours (crammed-bert-tiny) |" in json_path.with_suffix(".md").read_text()
@@ -112,7 +113,7 @@ def test_on_the_cpu_with_no_size_given_it_runs_a_cpu_sized_model_and_says_so(mon
 
 
 @pytest.mark.parametrize(("overrides", "needed", "shape", "gib"), [
-    # the issue's GPU line on a 24 GB CPU machine (20 GiB of it free): killed for memory minutes later, before
+    # a GPU's benchmark line on a 24 GB CPU machine (20 GiB of it free): unchecked, killed minutes later
     (["benchmark.dtype=bf16", "benchmark.compile=true", "benchmark.batch_size=256"], "24.5", "256 x 128 tokens "
      "(16 layers, hidden 768, vocabulary 32768)", 20),
     (["arch=crammed-bert-tiny", "benchmark.device=cpu", "benchmark.batch_size=100000"], "3289.8",

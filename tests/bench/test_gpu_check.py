@@ -20,7 +20,7 @@ from cramming.bench.gpu_report import markdown
 from cramming.bench.gpu_suite import read_outcomes
 from cramming.bench.inspect import sdpa_kernel_used
 from cramming.errors import CrammingError
-from cramming.train.stopping import Interrupted
+from cramming.train.signals import Interrupted
 from cramming.pretraining import pretrain
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT, SHARED_DATA
@@ -97,8 +97,8 @@ def test_the_quick_check_runs_each_part_in_its_own_process_and_stops_one_at_its_
 
 
 def test_a_missing_pytest_timeout_fails_the_tests_stage_and_the_command(tmp_path, monkeypatch):
-    """pyproject's addopts pass --timeout: without pytest-timeout the suite cannot start. It was reported
-    as "not run" and the check exited 0."""
+    """pyproject's addopts pass --timeout: without pytest-timeout the suite cannot start. The tests stage and
+    the command fail (exit 2) rather than report the stage as "not run" and exit 0."""
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "pytest_timeout" else find_spec(name, *a))

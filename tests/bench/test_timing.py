@@ -5,7 +5,7 @@ import torch
 
 from cramming.bench.timing import TimedStep, time_training
 from cramming.data.mlm import synthetic_mlm_batch
-from cramming.gradient_step import Precision
+from cramming.engine.precision import Precision
 from cramming.model import ModelConfig, build_mlm_model
 
 TINY = ModelConfig(name="tiny", num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64)

@@ -18,7 +18,7 @@ from cramming.hardware import known_profiles
 from cramming.model import ModelConfig
 from cramming.model.config import as_model_config
 from tests.commands import in_process
-from tests.train.conftest import straight_run  # noqa: F401  (the session's finished 8-step run)
+from tests.train.conftest import straight_run  # noqa: F401  (the test session's finished 8-step run)
 
 from .test_loss_model import write_run
 
@@ -76,7 +76,8 @@ def test_runs_on_other_data_or_tokenizers_are_not_fitted_together(tmp_path):
     """runs='outputs/*/*/metrics.jsonl' fitted one law across unrelated corpora and vocabularies, without a word."""
     arch = ModelConfig(name="tiny", num_layers=2, hidden_size=64, num_heads=4, intermediate_size=256)
     for i, vocab_size in enumerate([4096, 4096, 32768]):
-        write_run(tmp_path / "runs" / f"r{i}" / "2026-01-01_00-00-00", arch, [8.0, 6.0 - 0.2 * i], vocab_size=vocab_size)
+        write_run(tmp_path / "runs" / f"r{i}" / "2026-01-01_00-00-00", arch, [8.0, 6.0 - 0.2 * i],
+                  vocab_size=vocab_size)
     result = in_process("calculator", "budget=24", "gpu=2080ti", f"runs={tmp_path}/runs/*/*/metrics.jsonl",
                         f"output_dir={tmp_path / 'out'}")
     assert result.returncode == 2 and "Traceback" not in result.stderr

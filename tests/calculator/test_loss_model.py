@@ -25,8 +25,8 @@ def test_fit_recovers_a_known_frontier():
 def test_leave_one_out_predicts_held_out_runs():
     compute = np.geomspace(1e13, 1e16, 6)
     noise = np.random.default_rng(1).normal(0, 0.03, compute.size)
-    runs = [type("Run", (), {"name": f"r{i}", "compute": c, "final_loss": l})
-            for i, (c, l) in enumerate(zip(compute, TRUE.loss(compute) + noise))]
+    runs = [type("Run", (), {"name": f"r{i}", "compute": c, "final_loss": loss})
+            for i, (c, loss) in enumerate(zip(compute, TRUE.loss(compute) + noise))]
     errors = [predicted - actual for _, actual, predicted in leave_one_out(runs)]
     assert len(errors) == 6 and max(abs(e) for e in errors[1:-1]) < 0.2  # interpolation
 

@@ -1,4 +1,4 @@
-"""Issue #28 item 4 through the command line (scripts/prepare_data.py as a subprocess): a hub dataset read at a
+"""Hub slices through the command line (scripts/prepare_data.py as a subprocess): a hub dataset read at a
 pinned revision whose commit is recorded, document and token caps that prepare a slice, and a progress bar
 with a total (so an ETA) whenever a cap bounds the work.
 
@@ -69,7 +69,8 @@ def prepare_from_hub(tmp_path, hub_rows, *overrides, hub_answers=True):
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
     received = [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
     dataset = next(line for line in run.stdout.splitlines() if line.startswith("dataset ")).split()[1]
-    return run, received, json.loads((tmp_path / "cache" / "data" / os.path.basename(dataset) / "meta.json").read_text())
+    return run, received, json.loads(
+        (tmp_path / "cache" / "data" / os.path.basename(dataset) / "meta.json").read_text())
 
 
 def final_bar(stderr: str) -> str:
@@ -108,7 +109,8 @@ def test_offline_without_a_revision_reads_as_before_and_says_the_commit_is_not_r
     assert received == [{"load_dataset": ["HuggingFaceFW/fineweb-edu", "sample-10BT"], "split": "train",
                          "streaming": True}] * 3  # no revision argument at all
     assert meta["hub"]["commit"] is None and meta["hub"]["revision"] is None
-    assert "at commit" not in run.stdout and "commit not recorded: the hub did not answer (default branch)" in run.stdout
+    assert ("at commit" not in run.stdout
+            and "commit not recorded: the hub did not answer (default branch)" in run.stdout)
 
 
 def test_a_token_cap_on_a_hub_stream_gives_exactly_that_many_tokens_and_a_bar_with_a_total(tmp_path, hub_rows):

@@ -19,7 +19,7 @@ from cramming.data.sources import DataConfig, source_from_config
 from tests.conftest import REPO_ROOT
 from tests.train.runs import compose_config
 
-# The key of this single-source config, computed before data.sources existed: adding the key left it unchanged.
+# The key of this single-source config, pinned: data.sources leaves single-source datasets' keys unchanged.
 EMBEDDED_KEY_BEFORE_MIXTURES = "07acb9b5bc0e9e6f"
 
 

@@ -47,7 +47,8 @@ def test_signatures_estimate_jaccard_similarity(passages):
         true = len(shingles(a) & shingles(b)) / len(shingles(a) | shingles(b))
         sketches = [LeanMinHash(seed=0, hashvalues=signature(" ".join(words)), scheme="affine64") for words in (a, b)]
         assert sketches[0].jaccard(sketches[1]) == pytest.approx(true, abs=0.12)
-    unrelated = [LeanMinHash(seed=0, hashvalues=signature(" ".join(words)), scheme="affine64") for words in passages[1:3]]
+    unrelated = [LeanMinHash(seed=0, hashvalues=signature(" ".join(words)), scheme="affine64")
+                 for words in passages[1:3]]
     assert unrelated[0].jaccard(unrelated[1]) < 0.05
 
 

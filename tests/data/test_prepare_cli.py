@@ -38,7 +38,7 @@ def test_embedded_then_cache_hit(cache_dir):
 
 def test_two_preparations_in_two_processes_give_the_same_dataset(tmp_path):
     """Tokenizer training, packing and ordering are deterministic: the same corpus and settings give the
-    same bytes in any process (hash-map order inside `tokenizers` once made every tokenizer different)."""
+    same bytes in any process (hash-map order inside `tokenizers` can differ between processes)."""
     digests = []
     for cache in ("a", "b"):
         run = prepare("data=embedded", f"cache_dir={tmp_path / cache}")
@@ -50,8 +50,8 @@ def test_two_preparations_in_two_processes_give_the_same_dataset(tmp_path):
 
 
 def test_a_changed_meta_json_is_rebuilt_not_trusted(cache_dir):
-    """A meta.json whose vocab_size no longer fits the rows once made pretrain.py die in the embedding with a
-    traceback: it is covered by its own SHA-256 now, and the dataset is rebuilt."""
+    """A meta.json changed after preparation (here a vocab_size that no longer fits the rows, which would make
+    pretrain.py die in the embedding with a traceback) fails its own SHA-256, and the dataset is rebuilt."""
     assert prepare("data=embedded").returncode == 0
     (meta_path,) = (cache_dir / "data").glob("*/meta.json")
     meta = json.loads(meta_path.read_text())

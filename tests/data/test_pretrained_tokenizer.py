@@ -96,7 +96,8 @@ def test_our_own_export_is_a_tokenizer_without_transformers_remote_code_prompt(t
     tokenizer = BertTokenizerFast.from_pretrained(bert_style_folder(tmp_path / "bert-style"))
     save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), len(tokenizer)), tmp_path / "ckpt", tokenizer)
     export_to_transformers(tmp_path / "ckpt", tmp_path / "exported")
-    assert "auto_map" in json.loads((tmp_path / "exported" / "config.json").read_text())  # remote code: the prompt's cause
+    # remote code: the prompt's cause
+    assert "auto_map" in json.loads((tmp_path / "exported" / "config.json").read_text())
     run = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "prepare_data.py"), "data=embedded",
                           "data.tokenizer.kind=pretrained", f"data.tokenizer.name={tmp_path / 'exported'}",
                           f"cache_dir={tmp_path / 'cache'}"], stdin=subprocess.PIPE, capture_output=True, text=True,

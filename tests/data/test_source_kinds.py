@@ -15,7 +15,8 @@ from cramming.data.sources import (SOURCES, EmbeddedSource, HubSource, LocalSour
                                    source_from_config)
 from tests.train.runs import compose_config
 
-# Computed with the code before the sources were split into classes (commit 41a0b1f), from these fingerprints.
+# The cache keys of existing datasets, pinned (from these fingerprints): a change in how keys are computed
+# would prepare every cached dataset again.
 KEYS_BEFORE_THE_SPLIT = {
     "embedded": "a2eef2060a532c91",
     "local": "d07f5e4af5684423",

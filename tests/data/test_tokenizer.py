@@ -70,7 +70,8 @@ from cramming.data.config import NormalizeConfig, TokenizerConfig
 from cramming.data.sources import embedded_documents
 from cramming.data.tokenizer import train_tokenizer
 texts = ["\\n".join(document) for document in embedded_documents()]
-trained = {kind: json.loads(train_tokenizer(texts, TokenizerConfig(kind=kind, vocab_size=2048), NormalizeConfig()).to_str())
+trained = {kind: json.loads(train_tokenizer(texts, TokenizerConfig(kind=kind, vocab_size=2048),
+                                            NormalizeConfig()).to_str())
            for kind in ("wordpiece", "bpe", "unigram")}
 print(json.dumps(trained))
 """

@@ -32,7 +32,8 @@ def test_the_cutoff_in_tokens_per_character():
 
 def test_the_setting_is_part_of_the_key_only_when_used():
     plain = DataConfig(name="e", source="embedded")
-    scaled = DataConfig(name="e", source="embedded", filter=FilterConfig(trash_cutoff=1.3, trash_cutoff_scaling="median"))
+    scaled = DataConfig(name="e", source="embedded",
+                        filter=FilterConfig(trash_cutoff=1.3, trash_cutoff_scaling="median"))
     assert store.cache_key(plain, {}) != store.cache_key(scaled, {})
     scaled.filter.trash_cutoff_scaling = "none"
     assert store.cache_key(scaled, {}) == store.cache_key(DataConfig(name="e", source="embedded",

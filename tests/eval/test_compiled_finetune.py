@@ -15,7 +15,8 @@ from cramming.eval.compiled import compiles
 from cramming.eval.encoders import open_encoder
 from cramming.eval.finetune import finetune
 from cramming.eval.tasks.registry import GlueConfig, task_named
-from cramming.gradient_step import Precision, Step
+from cramming.engine.precision import Precision
+from cramming.engine.step import Step
 
 from .conftest import GLUE_DIR
 

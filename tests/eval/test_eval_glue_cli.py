@@ -93,7 +93,7 @@ def test_missing_checkpoint_argument_ends_in_one_line(tmp_path):
 ])
 def test_an_out_of_range_label_is_a_one_line_error_naming_file_line_and_value(rte_checkpoint, tmp_path, task,
                                                                               folder, bad, message, real):
-    """STS-B dev scores of 1e9 and -5 were once scored ("stsb pearson 2.34"), with exit code 0."""
+    """A label out of range (STS-B dev scores of 1e9 and -5) is refused, not scored with exit code 0."""
     data = tmp_path / "glue"
     (data / folder).mkdir(parents=True)
     (data / folder / "train.tsv").write_text((GLUE_DIR / folder / "train.tsv").read_text(encoding="utf-8"))
@@ -110,8 +110,8 @@ def test_an_out_of_range_label_is_a_one_line_error_naming_file_line_and_value(rt
 
 
 @pytest.mark.parametrize(("tasks", "message", "real"), [  # one as a real subprocess
-    ("[cola,sst2,mrpc,stsb,qqp,mnli,qnli,rte]", "cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte: nyu-mll/glue from the hub: ",
-     True),
+    ("[cola,sst2,mrpc,stsb,qqp,mnli,qnli,rte]",
+     "cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte: nyu-mll/glue from the hub: ", True),
     ("[swag]", "swag: allenai/swag from the hub: ", False),
 ])
 def test_no_data_offline_is_one_short_line_and_leaves_no_output_folder(rte_checkpoint, tmp_path, tasks, message, real):

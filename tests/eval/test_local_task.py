@@ -57,9 +57,9 @@ SETTINGS = ("eval.local.text_columns=[review]", "eval.local.label_column=sentime
 
 @pytest.mark.slow
 def test_eval_glue_scores_a_tsv_folder_beside_glue_and_keeps_the_model_that_scored(checkpoint, folder, tmp_path):
-    run = in_subprocess("eval_glue", f"ckpt={checkpoint}", "eval.tasks=[local]", *SETTINGS, f"eval.local.folder={folder}",
-                        "eval.epochs=1", "eval.save_models=true", f"output_dir={tmp_path}",
-                        timeout=300)
+    run = in_subprocess("eval_glue", f"ckpt={checkpoint}", "eval.tasks=[local]", *SETTINGS,
+                        f"eval.local.folder={folder}", "eval.epochs=1", "eval.save_models=true",
+                        f"output_dir={tmp_path}", timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     console = run.stdout + run.stderr
     assert "local: 64 train examples, evaluation on local (24)" in console and "LOCAL accuracy" in console
@@ -96,7 +96,8 @@ def test_a_csv_folder_of_text_pairs_with_a_score_is_a_regression(checkpoint, tmp
     results = run_glue(settings, checkpoint, tmp_path / "out")
     assert set(results["scores"]["local"]) == {"pearson", "spearman"}
     assert results["beyond_glue"] == {"local": "pearson"} and results["glue_score"] is None
-    assert results["tasks"]["local"]["eval_examples"] == {"local": 16} and results["tasks"]["local"]["train_examples"] == 32
+    assert (results["tasks"]["local"]["eval_examples"] == {"local": 16}
+            and results["tasks"]["local"]["train_examples"] == 32)
 
 
 def bad_folder(root: Path, damage) -> Path:

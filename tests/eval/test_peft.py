@@ -16,7 +16,7 @@ from cramming.eval.parameter_efficient import LoraSettings, merged, record
 from cramming.eval.report import write_reports
 from cramming.eval.run import run_glue
 from cramming.eval.tasks.registry import GlueConfig, task_named
-from cramming.gradient_step import Precision
+from cramming.engine.precision import Precision
 from tests.test_bad_inputs import run_command
 
 from .conftest import GLUE_DIR

@@ -21,7 +21,8 @@ from .test_any_encoder import bert_folder  # noqa: F401  (fixtures: a BERT folde
 from .test_modernbert_folder import modernbert_folder  # noqa: F401  (and a ModernBERT folder with it)
 
 BLIMP_DIR = SHARED_DATA / "blimp"
-PARADIGMS = ("anaphor_number_agreement", "principle_A_case_2", "wh_island")  # the second spells its field syntax/semantics
+# the second spells its field syntax/semantics
+PARADIGMS = ("anaphor_number_agreement", "principle_A_case_2", "wh_island")
 SENTENCES = ["The cats sleep.", "Unbelievably, the representatives were reconsidering everything they said.",
              "A dog barked.", "Who did the senators say they admired?", "It rains."]
 

@@ -185,7 +185,8 @@ def test_test_predictions_become_a_submission_zip(synthetic, tmp_path):
     data_dir, checkpoint = synthetic
     glue = shutil.copytree(data_dir, tmp_path / "glue")
     dev = [row.split("\t") for row in (glue / "SST-2" / "dev.tsv").read_text().splitlines()[1:]]
-    (glue / "SST-2" / "test.tsv").write_text("index\tsentence\n" + "".join(f"{i}\t{text}\n" for i, (text, _) in enumerate(dev)))
+    (glue / "SST-2" / "test.tsv").write_text("index\tsentence\n"
+                                             + "".join(f"{i}\t{text}\n" for i, (text, _) in enumerate(dev)))
     cfg = _cfg(glue, tasks=["sst2", "stsb"], max_train_examples=32, predict_test=True)
     results = run_glue(cfg, checkpoint, tmp_path / "out")
     assert results["tasks"]["stsb"]["test_predictions"]["stsb"].startswith("missing: ")

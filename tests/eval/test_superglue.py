@@ -1,4 +1,4 @@
-"""SuperGLUE and RACE (issue 44): each task's official metric on predictions checked by hand, the readers of the
+"""SuperGLUE and RACE: each task's official metric on predictions checked by hand, the readers of the
 official layouts and of the hub (faked at `datasets.load_dataset`), bad input as one line and exit 2, and
 `eval_glue.py` running every task from the command line, its scores checked against its own submission files."""
 

@@ -54,11 +54,13 @@ def test_latest_and_a_run_directory_name_the_runs_checkpoint(rte_checkpoint, bli
     (["ckpt={ckpt}", "batch_size=0"], "error: batch_size=0 must be at least 1"),
     (["ckpt={ckpt}", "blimp_dir={root}/none"], "error: blimp_dir={root}/none: no such folder"),
     (["ckpt={ckpt}", "blimp_dir={root}"], "error: blimp_dir={root}: no .jsonl or .jsonl.gz files in it"),
-    (["ckpt={ckpt}", "blimp_dir={blimp}", "text_file={root}/none.txt"], "error: text_file={root}/none.txt: cannot read it"),
+    (["ckpt={ckpt}", "blimp_dir={blimp}", "text_file={root}/none.txt"],
+     "error: text_file={root}/none.txt: cannot read it"),
     (["ckpt={ckpt}", "text_file=a.txt", "bits_rows=8"], "error: bits_rows counts the run's held-out rows"),
     (["ckpt=hf:{root}/none", "blimp_dir={blimp}"], "error: ckpt=hf:{root}/none: no such folder"),
     (["ckpt=hf:{ckpt}", "blimp_dir={blimp}"], "error: ckpt=hf:{ckpt}: this is one of our checkpoints"),
-    (["ckpt={ckpt}", "pairs_per_paradigmm=3"], "error: unknown key pairs_per_paradigmm — did you mean pairs_per_paradigm?"),
+    (["ckpt={ckpt}", "pairs_per_paradigmm=3"],
+     "error: unknown key pairs_per_paradigmm — did you mean pairs_per_paradigm?"),
 ])
 def test_bad_input_ends_in_one_line(rte_checkpoint, blimp_dir, tmp_path, overrides, message):
     values = {"root": tmp_path, "ckpt": rte_checkpoint, "blimp": blimp_dir}

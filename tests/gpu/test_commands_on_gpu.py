@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from cramming.device import prepare_device, resolve_device
+from cramming.engine.device import prepare_device, resolve_device
 from tests.eval.conftest import make_checkpoint
 from tests.gpu.conftest import (STEPS, TINY_GPU_RUN, assert_a_budget_run, losses, run_script, summary,
                                 the_run)

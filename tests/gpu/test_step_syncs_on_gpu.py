@@ -1,5 +1,5 @@
 """The training step on a GPU under CUDA's sync debug mode "error": any call that makes the host wait for
-the device inside the step (cramming.gradient_step.Step.run) raises. The first step is left out (it allocates
+the device inside the step (cramming.engine.step.Step.run) raises. The first step is left out (it allocates
 the optimizer state)."""
 
 import contextlib
@@ -7,7 +7,7 @@ import contextlib
 import pytest
 import torch
 
-from cramming.gradient_step import Step
+from cramming.engine.step import Step
 from cramming.train.callbacks import Callback
 from cramming.pretraining import pretrain
 from tests.gpu.conftest import STEPS, TINY_GPU_RUN, summary
@@ -58,7 +58,7 @@ def test_the_compiled_fine_tuning_step_makes_no_host_sync_on_the_gpu(tmp_path, m
     from cramming.eval.encoders import open_encoder
     from cramming.eval.finetune import finetune
     from cramming.eval.tasks.registry import GlueConfig, task_named
-    from cramming.gradient_step import Precision
+    from cramming.engine.precision import Precision
     from tests.eval.conftest import make_checkpoint
 
     texts = [f"The cat number {i} sat on the mat." for i in range(64)]

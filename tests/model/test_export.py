@@ -93,7 +93,8 @@ def test_remote_code_initializes_as_training_does(tmp_path, tokenizer, init_sche
         expected = trained(inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
         torch.testing.assert_close(exported(**inputs).logits[real], expected[real], rtol=1e-4, atol=1e-4)
     pairs = [
-        (lambda: build_mlm_model(cfg, vocab_size), lambda: AutoModelForMaskedLM.from_config(config, trust_remote_code=True)),
+        (lambda: build_mlm_model(cfg, vocab_size),
+         lambda: AutoModelForMaskedLM.from_config(config, trust_remote_code=True)),
         (lambda: build_classifier(cfg, vocab_size, 3),
          lambda: AutoModelForSequenceClassification.from_config(classifier_config, trust_remote_code=True)),
     ]

@@ -34,7 +34,8 @@ def test_export_script_writes_a_directory_transformers_loads(tmp_path, tokenizer
 
 def test_export_of_a_missing_checkpoint_is_one_line(tmp_path):
     run = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "export.py"), f"ckpt={tmp_path / 'nope'}", f"out={tmp_path / 'hf'}"],
+        [sys.executable, str(REPO_ROOT / "scripts" / "export.py"), f"ckpt={tmp_path / 'nope'}",
+         f"out={tmp_path / 'hf'}"],
         capture_output=True, text=True, timeout=300,
     )
     assert run.returncode == 2 and "Traceback" not in run.stderr
@@ -104,9 +105,12 @@ def test_push_to_hub_uploads_the_checked_folder(tmp_path, tokenizer, monkeypatch
     class Commit:
         commit_url = "https://huggingface.co/someone/my-cram/commit/abc"
 
-    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", lambda self, repo_id, **kw: calls.append(("create", repo_id, kw)))
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo",
+                        lambda self, repo_id, **kw: calls.append(("create", repo_id, kw)))
     monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder",
-                        lambda self, **kw: calls.append(("upload", kw["repo_id"], sorted(p.name for p in kw["folder_path"].iterdir()))) or Commit())
+                        lambda self, **kw: calls.append(("upload", kw["repo_id"],
+                                                         sorted(p.name for p in kw["folder_path"].iterdir())))
+                                           or Commit())
     save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), VOCAB_SIZE), tmp_path / "ckpt", tokenizer)
     monkeypatch.setattr(sys, "argv", ["export", f"ckpt={tmp_path / 'ckpt'}", f"out={tmp_path / 'hf'}",
                                       "push_to_hub=someone/my-cram"])

@@ -7,17 +7,9 @@ import json
 
 import pytest
 import torch
-from transformers import (
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForMultipleChoice,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-    AutoTokenizer,
-    BertConfig,
-    pipeline,
-)
+from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForMultipleChoice, AutoModelForQuestionAnswering,
+                          AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer,
+                          BertConfig, pipeline)
 
 from cramming.model import build_mlm_model
 from cramming.model.checkpoint import save_pretrained
@@ -83,7 +75,8 @@ def test_task_heads_learn(export, inputs):
     T = inputs["input_ids"].size(1)
     cases = [
         (AutoModelForTokenClassification, {"labels": torch.where(inputs["attention_mask"] == 1, 1, -100)}),
-        (AutoModelForQuestionAnswering, {"start_positions": torch.tensor([1, 2]), "end_positions": torch.tensor([2, 5])}),
+        (AutoModelForQuestionAnswering,
+         {"start_positions": torch.tensor([1, 2]), "end_positions": torch.tensor([2, 5])}),
         (AutoModelForSequenceClassification, {"labels": torch.tensor([0, 1])}),
     ]
     for auto_class, labels in cases:

@@ -68,7 +68,7 @@ def test_our_checkpoint_is_exported_then_quantized(tmp_path, classifier_export):
     (["quantize=int4"], "quantize='int4' must be one of int8 (or null: none)"),
     (["quantize_eval_task=rte"], "quantize_eval_task and glue_dir score a quantized copy: add quantize=int8"),
     (["quantize=int8", "quantize_eval_task=rte", "glue_dir={rte}"], "is not a classifier fine-tuned on it"),
-    # found before any export work now, not after the int8 copy is written
+    # found before any export work, not after the int8 copy is written
     (["quantize=int8", "quantize_eval_task=rtee", "glue_dir={rte}"], "unknown GLUE task 'rtee'"),
     (["quantize=int8", "quantize_eval_task=rte", "glue_dir={empty}"], "no data for any requested task"),
     (["quantize=int8", "quantize_eval_task=rte"],
@@ -87,12 +87,13 @@ def test_bad_quantize_settings_are_one_line(tmp_path, tokenizer, args, words):
 
 
 def test_a_bad_task_to_score_is_one_line_before_any_export_through_the_command_line(tmp_path, tokenizer):
-    """Checked with the settings (ExportConfig.check): before, it stopped after the export and the int8 copy."""
+    """Checked with the settings (ExportConfig.check), so it stops before the export and the int8 copy."""
     save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), VOCAB_SIZE), tmp_path / "mlm", tokenizer)
     run = in_subprocess("export", f"ckpt={tmp_path / 'mlm'}", f"out={tmp_path / 'out'}", "quantize=int8",
                         "quantize_eval_task=rtee", f"glue_dir={tiny_rte(tmp_path)}")
     assert run.returncode == 2 and "Traceback" not in run.stderr + run.stdout
-    assert run.stderr.startswith("error: unknown GLUE task 'rtee'; known tasks: cola") and "did you mean rte?" in run.stderr
+    assert (run.stderr.startswith("error: unknown GLUE task 'rtee'; known tasks: cola")
+            and "did you mean rte?" in run.stderr)
     assert not (tmp_path / "out").exists()
 
 

@@ -35,7 +35,7 @@ def batched_attention(attention_mask, positions):
 
 
 def padded_attention(attention_mask, positions):
-    """The path before unpadding: the whole padded batch through every layer."""
+    """The padded path: the whole padded batch through every layer."""
     return None
 
 

@@ -1,5 +1,5 @@
 """One uninterrupted step-driven run shared by the training tests that compare with it or resume a copy of
-it: the same eight steps every time (tests/train/runs.py STEP_RUN), trained once a session."""
+it: the same eight steps every time (tests/train/runs.py STEP_RUN), trained once per test session."""
 
 from pathlib import Path
 

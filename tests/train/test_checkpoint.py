@@ -15,7 +15,8 @@ from cramming.model import build_mlm_model
 from cramming.model.config import ModelConfig
 from cramming.runs import FINAL, STATE_FILE, run_checkpoint, step_name
 from cramming.train import checkpointing as ckpt
-from cramming.train.stopping import Progress
+from cramming.train.progress import Progress
+from cramming.train.resume import load_state
 
 TINY = ModelConfig(name="tiny", num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64)
 
@@ -41,7 +42,7 @@ def test_save_keeps_the_last_k_and_the_final(tmp_path, tokenizer):
     assert run_checkpoint(tmp_path, need_state=True).name == "step-00000003"
     save(tmp_path, FINAL, tokenizer, 4)
     assert run_checkpoint(tmp_path, need_state=True).name == "final"
-    assert ckpt.load_state(tmp_path / "checkpoints" / "final")["progress"]["step"] == 4
+    assert load_state(tmp_path / "checkpoints" / "final")["progress"]["step"] == 4
     assert {"model.safetensors", "config.json", "tokenizer.json", "trainer_state.pt"} <= {
         path.name for path in (tmp_path / "checkpoints" / "final").iterdir()
     }
@@ -70,4 +71,4 @@ class Payload:
 def test_state_is_loaded_without_unpickling_code(tmp_path):
     (tmp_path / STATE_FILE).write_bytes(pickle.dumps({"evil": Payload()}, protocol=2))
     with pytest.raises(CrammingError, match="cannot read"):
-        ckpt.load_state(tmp_path)
+        load_state(tmp_path)

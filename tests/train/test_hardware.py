@@ -2,16 +2,8 @@ import pytest
 import torch
 
 from cramming.errors import CrammingError
-from cramming.hardware import (
-    GpuProfile,
-    budget_seconds,
-    check_profile,
-    known_profiles,
-    matching_profile,
-    model_flops_utilization,
-    resolve_auto,
-    warn_if_mismatched,
-)
+from cramming.hardware import (GpuProfile, budget_seconds, check_profile, known_profiles, matching_profile,
+                               model_flops_utilization, resolve_auto, warn_if_mismatched)
 
 REQUIRED = {"2080ti", "3060ti", "a4000", "a6000", "v100", "a100", "h100", "h200", "cpu"}
 
@@ -113,7 +105,7 @@ def test_mfu():
 def test_a_runs_mfu_is_measured_against_the_card_present_not_the_profile_chosen(monkeypatch):
     """gpu=2080ti (53.8 TFLOP/s) run on an H100 PCIe: its MFU must be against the H100 PCIe's 756, as the trainer
     asks device_profile for the peak (the chosen profile keeps setting precision, memory and defaults)."""
-    from cramming.gradient_step import Precision
+    from cramming.engine.precision import Precision
     from cramming.train.settings import Settings, device_profile
 
     one_card(monkeypatch, "NVIDIA H100 PCIe")

@@ -1,4 +1,5 @@
-"""impl.fp8, train.optim.name=adamw8bit and impl.offload_optimizer (cramming.train.techniques: fp8.py, offload.py; the optimizer in cramming.train.optimizers).
+"""impl.fp8, train.optim.name=adamw8bit and impl.offload_optimizer (cramming.train.techniques: fp8.py, offload.py;
+the optimizer in cramming.train.optimizers).
 
 No GPU here: the GPU-only options must refuse on the CPU with one line; what runs on CPU tensors is run for
 real — torchao's float8 conversion (in its emulation mode), AdamW8bit's state through a checkpoint's
@@ -14,7 +15,7 @@ from omegaconf import OmegaConf
 
 from cramming.model import build_mlm_model
 from cramming.pretraining import pretrain
-from cramming.schedules import set_lr
+from cramming.engine.schedules import set_lr
 from cramming.train.checkpointing import finite_optimizer_state
 from cramming.train.optimizers import build_pretraining_optimizer
 from cramming.train.techniques.fp8 import convert_to_fp8, fp8_problem
@@ -113,8 +114,9 @@ def test_adamw8bit_state_survives_a_checkpoint_round_trip():
 
 
 def test_finite_check_reads_the_offloaded_state_layout():
-    state = lambda value: {"state": {0: {"step": torch.tensor(1.0), "exp_avg": torch.full((2,), value)}},
-                           "param_groups": []}
+    def state(value):
+        return {"state": {0: {"step": torch.tensor(1.0), "exp_avg": torch.full((2,), value)}}, "param_groups": []}
+
     assert finite_optimizer_state({"offloaded": [state(1.0), state(2.0)], "on-device": state(0.0)})
     assert not finite_optimizer_state({"offloaded": [state(1.0), state(float("nan"))], "on-device": state(0.0)})
     assert not finite_optimizer_state({"offloaded": [state(1.0)], "on-device": state(float("inf"))})

@@ -81,9 +81,9 @@ def test_the_search_result_is_cached_per_key(tmp_path):
 
 def test_the_trial_step_runs_a_real_backward_and_leaves_the_model_as_it_found_it(monkeypatch):
     """cuda_step reached on the CPU: torch.cuda's memory functions stood in for, asserting the device they get.
-    The trial runs the training step's own forward and backward (cramming.gradient_step), then drops the
+    The trial runs the training step's own forward and backward (cramming.engine.step), then drops the
     gradients; its answer is the peak plus the memory training adds (extra_bytes)."""
-    from cramming.gradient_step import Precision
+    from cramming.engine.precision import Precision
     from cramming.model import ModelConfig, build_mlm_model
     from cramming.train.microbatch import cuda_step
 

@@ -21,7 +21,7 @@ def test_a_kill_while_a_resume_rewrites_the_metrics_loses_no_record(shared_cache
     """A resume rewrites metrics.jsonl without the records past its checkpoint; killed inside that rewrite,
     the run keeps every record (the old file or the new one, never an empty one)."""
     run = STEP_RUN + [f"output_dir={tmp_path}", "checkpoint.keep_last=8"]
-    run_dir = copy_run(straight_run, tmp_path)  # the run above, trained once a session
+    run_dir = copy_run(straight_run, tmp_path)  # the run above, trained once per test session
     written = records(run_dir)
     resume = f"resume={run_dir / 'checkpoints' / 'step-00000004'}"
     killed = subprocess.run([sys.executable, KILL_INSIDE_WRITE, "metrics.jsonl", str(REPO_ROOT / "pretrain.py"),

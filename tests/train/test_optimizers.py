@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 from cramming import CONFIG_DIR
 from cramming.pretraining import pretrain
-from cramming.schedules import LR_SCHEDULES
+from cramming.engine.schedules import LR_SCHEDULES
 from cramming.train.optimizers import NAMES, OPTIMIZERS
 from tests.train.runs import NO_PROBE, SMALL_VALIDATION, STEP_RUN, InterruptAt, compose_config, records, summary
 

@@ -40,7 +40,8 @@ def test_budget_run_finishes_on_time_and_leaves_its_outputs(shared_cache, tmp_pa
     assert run.returncode == 0, run.stderr
     run_dir = only_run(tmp_path)
     final = run_dir / "checkpoints" / "final"
-    assert {"model.safetensors", "config.json", "tokenizer.json", "trainer_state.pt"} <= {p.name for p in final.iterdir()}
+    assert ({"model.safetensors", "config.json", "tokenizer.json", "trainer_state.pt"}
+            <= {p.name for p in final.iterdir()})
     assert (run_dir / "config.yaml").exists()
     state = torch.load(final / "trainer_state.pt", weights_only=True)
     elapsed, budget = state["progress"]["elapsed"], budget_hours * 3600
@@ -67,9 +68,11 @@ def test_sigkill_and_resume_match_an_uninterrupted_run(shared_cache, tmp_path, s
     a, b = straight_run, only_run(tmp_path / "b")  # a: the same STEP_RUN, uninterrupted (tests/train/conftest.py)
     state_a = torch.load(a / "checkpoints/final/trainer_state.pt", weights_only=True)["progress"]
     state_b = torch.load(b / "checkpoints/final/trainer_state.pt", weights_only=True)["progress"]
-    assert (state_a["step"], state_a["microbatches"], state_a["tokens"]) == (8, state_b["microbatches"], state_b["tokens"])
+    assert ((state_a["step"], state_a["microbatches"], state_a["tokens"])
+            == (8, state_b["microbatches"], state_b["tokens"]))
     assert state_b["step"] == 8
-    weights_a, weights_b = load_file(a / "checkpoints/final/model.safetensors"), load_file(b / "checkpoints/final/model.safetensors")
+    weights_a, weights_b = (load_file(a / "checkpoints/final/model.safetensors"),
+                            load_file(b / "checkpoints/final/model.safetensors"))
     assert all(torch.equal(weights_a[key], weights_b[key]) for key in weights_a)
     optimizer_a, optimizer_b = (torch.load(run / "checkpoints/final/trainer_state.pt", weights_only=True)["optimizer"]
                                 for run in (a, b))

@@ -22,9 +22,9 @@ from cramming.data.prepare import prepare_dataset
 from cramming.errors import CrammingError
 from cramming.model.checkpoint import read_weights
 from cramming.pretraining import pretrain
-from cramming.train import checkpointing
+from cramming.train import resume
 from cramming.train.callbacks import Callback
-from cramming.train.stopping import Interrupted
+from cramming.train.signals import Interrupted
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT
 from tests.train.runs import STEP_RUN, InterruptAt, compose_config, copy_run, only_run, records, summary
@@ -169,7 +169,7 @@ def test_resuming_a_checkpoint_from_elsewhere_writes_into_output_dir(shared_cach
 
 
 def test_a_heartbeat_is_written_while_training(shared_cache, tmp_path, monkeypatch):
-    monkeypatch.setattr(checkpointing, "HEARTBEAT_INTERVAL_S", 0.0)  # a heartbeat at every microbatch
+    monkeypatch.setattr(resume, "HEARTBEAT_INTERVAL_S", 0.0)  # a heartbeat at every microbatch
     with pytest.raises(KeyboardInterrupt):  # dies before step 6, long before its first checkpoint
         pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path}", "checkpoint.interval_minutes=100"]),
                  callbacks=[InterruptAt(6)])
@@ -254,8 +254,8 @@ def test_ctrl_c_stops_after_the_step_with_a_checkpoint(shared_cache, tmp_path):
 def test_a_second_signal_exits_at_once(shared_cache, tmp_path):
     """Steps of 32 microbatches (about a second here) and no checkpoint between them: the first SIGINT lands in a
     step, and the second is sent once the run has said it got the first, while it waits for the step to end.
-    (Two signals sent at once would arrive as one; a checkpoint after every step once let the first land after a
-    step, so that the run stopped before the second came, on a busy machine.)"""
+    (Two signals sent at once would arrive as one; with a checkpoint after every step, the first could land
+    after a step, so that the run stops before the second comes, on a busy machine.)"""
     victim = run_cli(*STEP_RUN, "train.max_steps=400", "train.batch_size=512", "train.batch_ramp_fraction=0",
                      "checkpoint.interval_minutes=100", f"output_dir={tmp_path}", start_new_session=True)
     wait_for("t/*/metrics.jsonl", tmp_path, victim)

@@ -57,8 +57,8 @@ def test_what_a_resume_may_not_change_is_refused_in_one_line(shared_cache, tmp_p
                                 "lion here)")):
         run = in_process("pretrain", "resume=latest", f"output_dir={tmp_path}", *overrides)
         assert run.returncode == 2 and "Traceback" not in run.stderr
-        assert run.stderr.strip() == (f"error: resume=latest: {changed}; a resume goes on with the run's config and may "
-                                      f"change only {MAY_CHANGE}: start a new run to change anything else")
+        assert run.stderr.strip() == (f"error: resume=latest: {changed}; a resume goes on with the run's config and "
+                                      f"may change only {MAY_CHANGE}: start a new run to change anything else")
 
 
 def test_resume_latest_alone_goes_on_exactly_with_the_runs_own_config(shared_cache, tmp_path, straight_run):
@@ -116,7 +116,8 @@ def test_a_resume_keeps_the_number_of_processes_and_says_so_before_any_starts(sh
         assert run.returncode == 2 and "Traceback" not in run.stderr
         assert run.stderr.strip() == (
             "error: resume=latest: the run trained as 1 process(es) and this is 2; a resume keeps that number "
-            "(each process reads its own slice of every batch): run it as one process (python pretrain.py, no torchrun)")
+            "(each process reads its own slice of every batch): run it as one process "
+            "(python pretrain.py, no torchrun)")
     assert "data:" not in under_torchrun.stdout  # nothing prepared
 
 

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from cramming.pretraining import pretrain
-from cramming.schedules import fitted_batch_size
+from cramming.engine.schedules import fitted_batch_size
 from cramming.train.loop import Schedule
 from tests.conftest import REPO_ROOT
 from tests.train.runs import TINY_RUN, InterruptAt, compose_config, only_run, records, summary

@@ -1,4 +1,4 @@
-"""The training step makes no host sync with the default optimizer (issue 25), a skipped non-finite step
+"""The training step makes no host sync with the default optimizer, a skipped non-finite step
 included: each step of a real run runs under a guard that fails at the first .item(), nonzero or boolean mask.
 Non-finite steps are counted on the device and read every `train.check_nonfinite_every` steps."""
 
@@ -6,7 +6,7 @@ import pytest
 
 from cramming.bench.host_sync import HostSyncError, no_host_sync
 from cramming.errors import CrammingError
-from cramming.gradient_step import Step
+from cramming.engine.step import Step
 from cramming.train.callbacks import Callback
 from cramming.pretraining import pretrain
 from tests.train.runs import STEP_RUN, TINY_RUN, compose_config, only_run, records, summary
@@ -55,8 +55,8 @@ def test_an_optimizer_without_an_on_device_skip_reads_the_flag_and_the_guard_see
 
 def test_a_diverged_run_stops_at_the_first_read_after_the_limit_and_names_the_step_it_was_reached(
         cache_dir, tmp_path, caplog):
-    """The defaults users run: counts read every 10 steps (and by each record). Steps 2 on are NaN; the limit of 3 in a row is
-    reached at step 4 and read after step 10, whose update (like those of steps 2-9) was never applied."""
+    """The defaults users run: counts read every 10 steps (and by each record). Steps 2 on are NaN; the limit of 3 in
+    a row is reached at step 4 and read after step 10, whose update (like those of steps 2-9) was never applied."""
     cfg = compose_config(TINY_RUN + ["train=steps", "train.max_steps=30", "train.batch_size=16",
                                      "impl.microbatch_size=16", "train.max_nonfinite_steps=3",
                                      f"output_dir={tmp_path}"])
@@ -64,8 +64,9 @@ def test_a_diverged_run_stops_at_the_first_read_after_the_limit_and_names_the_st
         pretrain(cfg, callbacks=[NanLossAt(lambda step: step >= 2)])
     assert str(stopped.value).startswith("3 non-finite steps in a row at step 4: the run diverged and stopped; ")
     # read by the metrics record of step 2 (the mean loss of step 1), then by the loop after step 10
-    assert [message for message in caplog.messages if "non-finite step" in message] == ["steps 1-2: 1 non-finite step skipped (loss: 1), 1 in a row at step 2",
-                               "steps 3-10: 8 non-finite steps skipped (loss: 8), 9 in a row at step 10"]
+    assert [message for message in caplog.messages if "non-finite step" in message] == [
+        "steps 1-2: 1 non-finite step skipped (loss: 1), 1 in a row at step 2",
+        "steps 3-10: 8 non-finite steps skipped (loss: 8), 9 in a row at step 10"]
     facts = summary(only_run(tmp_path))
     assert facts["stop_reason"] == "non-finite" and facts["steps"] == 9 and facts["nonfinite_skipped"] == 9
     assert [(r["step"], r["nonfinite_skipped"]) for r in records(only_run(tmp_path))] == [(2, 1)]

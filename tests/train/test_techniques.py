@@ -21,12 +21,12 @@ from cramming.model.config import as_model_config
 from cramming.pretraining import pretrain
 from cramming.train.callbacks import Callback, TrainState
 from cramming.train.optimizers import SophiaG
-from cramming.train.stopping import Progress
+from cramming.train.progress import Progress
 from cramming.train.techniques.distillation import distillation_loss
 from cramming.train.techniques.ema import Ema
 from cramming.train.techniques.importance_sampling import ImportanceSampling
 from cramming.train.techniques.layer_drop import drop_rates
-from cramming.train.techniques.sam import SharpnessAwareStep
+from cramming.train.techniques.sam import SharpnessAware
 from cramming.train.techniques.sophia_hessian import SophiaHessian
 from cramming.train.techniques.sparsity import (Sparsity, gradual_density, lottery_ticket, magnitude_mask,
                                                  two_of_four_mask)
@@ -164,9 +164,7 @@ def test_sam_moves_the_weights_by_rho_along_the_normalized_gradient():
     model = torch.nn.Linear(3, 2)
     model.weight.grad, model.bias.grad = torch.full((2, 3), 3.0), torch.full((2,), 4.0)
     before = [p.detach().clone() for p in model.parameters()]
-    step = SharpnessAwareStep.__new__(SharpnessAwareStep)
-    step.rho, step.scaler = 0.1, torch.amp.GradScaler("cpu", enabled=False)
-    _, originals = step._ascend(model)
+    _, originals = SharpnessAware(0.1)._ascend(model, torch.amp.GradScaler("cpu", enabled=False))
     norm = math.sqrt(6 * 9 + 2 * 16)
     assert torch.allclose(model.weight - before[0], torch.full((2, 3), 0.1 * 3 / norm))
     assert torch.allclose(model.bias - before[1], torch.full((2,), 0.1 * 4 / norm))
@@ -393,7 +391,8 @@ def test_a_lottery_ticket_is_the_dense_runs_mask_on_its_rewound_weights_and_resu
         pretrain(compose_config(halted), callbacks=[InterruptAt(2)])
     assert_same_training(straight, pretrain(compose_config(halted + ["resume=latest"])))
     rewound = load_file(kept / "model.safetensors")
-    assert len(masks) == 8 and all(torch.equal(start.weights[name], rewound[name] * mask) for name, mask in masks.items())
+    assert len(masks) == 8
+    assert all(torch.equal(start.weights[name], rewound[name] * mask) for name, mask in masks.items())
     assert torch.equal(start.weights["bert.embeddings.word_embeddings.weight"],
                        rewound["bert.embeddings.word_embeddings.weight"])  # rewound too, and dense
     final = torch.load(straight / "checkpoints" / "final" / "trainer_state.pt", weights_only=True)

@@ -1,8 +1,8 @@
-"""Several processes under torchrun with gloo, as DESIGN §6 asks: each rank's collectives time out after a few
+"""Several processes under torchrun with gloo: each rank's collectives time out after a few
 seconds (tests/rank_shim.py), rank 0's data preparation and GLUE are made slower than that, and the run must
 still complete under the default stop (the budget): no rank waits in a collective on work of unbounded length.
 The same run counts the host syncs of every training-loop iteration: the stop decision, the validation schedule
-and the mid-step budget check no longer read a collective at every step (the ranks agree every few steps:
+and the mid-step budget check do not read a collective at every step (the ranks agree every few steps:
 cramming.train.stopping)."""
 
 import json
@@ -57,7 +57,7 @@ def test_slow_preparation_and_glue_on_rank_0_do_not_time_out_the_other_rank(slow
 
 @pytest.mark.slow
 def test_the_default_budget_stop_ends_both_ranks_and_rank_0_tells_the_story_once(slow_rank0_run):
-    """The default stopping rule (budget, no max_steps) once crashed both ranks. The budget is GPU-hours: two
+    """The default stopping rule (budget, no max_steps) ends both ranks cleanly. The budget is GPU-hours: two
     processes get half of it in wall time each. The run's lines appear once, not once per rank."""
     root, run = slow_rank0_run
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

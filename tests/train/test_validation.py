@@ -14,8 +14,9 @@ from cramming.data.mlm import PackedRows
 from cramming.data.prepare import prepare_dataset
 from cramming.model import build_mlm_model
 from cramming.pretraining import pretrain
-from cramming.train.reporting import ProgressBar, use_bar
-from cramming.train.stopping import BudgetClock, StoppingRule
+from cramming.train.progress import BudgetClock
+from cramming.train.progress_bar import ProgressBar, use_bar
+from cramming.train.stopping import StoppingRule
 from cramming.train.validation import validate
 from tests.train.runs import NO_PROBE, STEP_RUN, VALIDATION_ROWS, compose_config, only_run, records, summary
 
@@ -73,7 +74,8 @@ def test_a_run_above_the_early_stop_loss_stops_there_with_its_reason(tmp_path):
 
 
 def test_a_run_below_the_early_stop_loss_goes_on(tmp_path):
-    cfg = compose_config(STEP_RUN + ["train.validation.early_stop_fraction=0.25", "train.validation.early_stop_loss=1e6",
+    cfg = compose_config(STEP_RUN + ["train.validation.early_stop_fraction=0.25",
+                                     "train.validation.early_stop_loss=1e6",
                                      f"output_dir={tmp_path}", f"cache_dir={tmp_path / 'cache'}"])
     facts = summary(pretrain(cfg))
     assert facts["stop_reason"] == "max_steps" and facts["stop_detail"] is None
@@ -113,7 +115,8 @@ def test_the_progress_bar_on_a_terminal_and_plain_lines_elsewhere():
     bar.on_train_start(State)
     bar.on_train_end(State, "budget")
     drawn = screen.getvalue().split("\r")[-2]
-    assert drawn.startswith("training  25%|") and "step 7 | 0h01m15s left | loss 3.2500 | 1,234 tok/s | MFU 41.0%" in drawn
+    assert (drawn.startswith("training  25%|")
+            and "step 7 | 0h01m15s left | loss 3.2500 | 1,234 tok/s | MFU 41.0%" in drawn)
 
 
 def test_the_zero_shot_probe_adds_its_figures_and_changes_nothing_training_computes(dataset, tmp_path):
@@ -132,7 +135,8 @@ def test_the_zero_shot_probe_adds_its_figures_and_changes_nothing_training_compu
     assert all(0 <= r["blimp"] <= 100 and r["bits_per_char"] > 0 and r["zero_shot_s"] >= 0 for r in validated)
     assert not any("blimp" in r for r in records(plain))
     facts = summary(probed)["validation"]
-    assert facts["final_blimp"] == validated[-1]["blimp"] and facts["final_bits_per_char"] == validated[-1]["bits_per_char"]
+    assert (facts["final_blimp"] == validated[-1]["blimp"]
+            and facts["final_bits_per_char"] == validated[-1]["bits_per_char"])
     assert [point["blimp"] for point in facts["curve"]] == [r["blimp"] for r in validated]
     assert (probed / "plots" / "zero_shot.png").is_file() and not (plain / "plots" / "zero_shot.png").exists()
 

@@ -114,7 +114,7 @@ class Task(ABC):
 def load_hub(path: str, config: Optional[str], split: str):
     """One split of a hub dataset through `datasets.load_dataset` (downloaded once, then cached); DataMissing
     when it cannot be had (offline, an unknown split, hub errors)."""
-    import datasets
+    import datasets  # noqa: PLC0415 -- seconds to import: only when a task reads the hub
 
     try:
         return datasets.load_dataset(path, config, split=split)

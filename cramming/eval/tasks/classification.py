@@ -18,6 +18,7 @@ from cramming.eval.batching import EncodedSplit
 from cramming.eval.parameter_efficient import merged
 from cramming.eval.tasks.base import Task
 from cramming.eval.tasks.tables import Malformed, read_table
+from cramming.model.quantize import auto_class
 
 
 @dataclass
@@ -100,9 +101,7 @@ class TextClassification(Task):
         return f"a {self.num_labels}-label head"
 
     def saved_model(self, folder: Path) -> Optional[nn.Module]:
-        from transformers import AutoModelForSequenceClassification
-
-        from cramming.model.quantize import auto_class
+        from transformers import AutoModelForSequenceClassification  # noqa: PLC0415 -- the registry imports this file
 
         if auto_class(folder) is not AutoModelForSequenceClassification:
             return None

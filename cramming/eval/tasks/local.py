@@ -97,7 +97,8 @@ def _check(settings: LocalTaskConfig) -> None:
                             "label is a score")
     if (labels is None) != (metric in SCORE_METRICS):
         raise CrammingError(f"eval.local.metric={metric} scores {'classes' if labels is None else 'a number'} but "
-                            f"eval.local.labels={labels} makes the label {'a number' if labels is None else 'a class'}: "
+                            f"eval.local.labels={labels} makes the label "
+                            f"{'a number' if labels is None else 'a class'}: "
                             "a score takes labels=null and metric=pearson, classes their list")
     if labels is None:
         return

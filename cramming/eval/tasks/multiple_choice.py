@@ -22,6 +22,7 @@ from cramming.eval.batching import EncodedSplit
 from cramming.eval.parameter_efficient import merged
 from cramming.eval.tasks.base import Task
 from cramming.library_noise import without_load_report
+from cramming.model.quantize import auto_class
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class MultipleChoice(nn.Module):
         B, choices, T = input_ids.shape
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
         flat = {key: value.reshape(B * choices, T) for key, value in inputs.items() if value is not None}
-        from transformers.modeling_outputs import MultipleChoiceModelOutput  # here: the registry imports this file
+        from transformers.modeling_outputs import MultipleChoiceModelOutput  # noqa: PLC0415 -- imported by the registry
 
         logits = self.scorer(**flat).logits.view(B, choices)  # (B * choices, 1) -> (B, choices)
         loss = None if labels is None else F.cross_entropy(logits.float(), labels)
@@ -92,7 +93,7 @@ class CandidateScorer(nn.Module):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None):
         """input_ids, attention_mask, token_type_ids (B, T); labels (B,) 1 for a right candidate."""
-        from transformers.modeling_outputs import SequenceClassifierOutput
+        from transformers.modeling_outputs import SequenceClassifierOutput  # noqa: PLC0415 -- as above
 
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
         logits = self.scorer(**{key: value for key, value in inputs.items() if value is not None}).logits  # (B, 1)
@@ -139,9 +140,7 @@ class ChoiceTask(Task):
         choices.save_pretrained(folder)
 
     def saved_model(self, folder: Path) -> Optional[nn.Module]:
-        from transformers import AutoModelForMultipleChoice
-
-        from cramming.model.quantize import auto_class
+        from transformers import AutoModelForMultipleChoice  # noqa: PLC0415 -- as above
 
         if auto_class(folder) is not AutoModelForMultipleChoice:
             return None
@@ -159,7 +158,7 @@ class CandidateTask(ChoiceTask):
 def _as_multiple_choice(folder: Path) -> tuple[Optional[nn.Module], list[str]]:
     """The one-output classifier in `folder` loaded as AutoModelForMultipleChoice, and what did not fit: the
     weights either lacks or leaves unused or has in another shape (all empty: the same model)."""
-    from transformers import AutoModelForMultipleChoice
+    from transformers import AutoModelForMultipleChoice  # noqa: PLC0415 -- as above
 
     try:
         with without_load_report():

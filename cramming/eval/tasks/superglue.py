@@ -10,6 +10,7 @@ last joined by the tokenizer's separator as the first segment, the last as the s
 passage [SEP]` (BoolQ), `[CLS] word [SEP] sentence1 [SEP] sentence2 [SEP]` (WiC), `[CLS] text [SEP] span1_index
 [SEP] span2_index [SEP] span1_text [SEP] span2_text [SEP]` (WSC, the `wsc.fixed` form). AX-b and AX-g have no
 training data: as in SuperGLUE and the original, each is scored by a model fine-tuned on RTE's training split.
+One concept, SuperGLUE's shared ground and the tasks that are rows of one table.
 """
 
 import json

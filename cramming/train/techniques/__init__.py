@@ -50,7 +50,7 @@ TECHNIQUES: tuple[type[Technique], ...] = (
 __all__ = ["TECHNIQUES", "RunContext", "Technique", "build_techniques", "check_on_device", "check_technique_inputs",
            "check_techniques",
            "data_stream", "extra_memory", "microbatch_key", "optimizer_state_parts", "prepare_model",
-           "variant_overrides", "wrap_optimizer", "wrap_step"]
+           "variant_overrides", "wrap_optimizer"]
 
 
 def check_techniques(cfg) -> None:
@@ -93,7 +93,7 @@ def check_on_device(cfg, device: torch.device, compiled: bool, precision: str, w
 def torchao_kernels_notice() -> str | None:
     """torchao skips its compiled kernels (fp8 and low-bit ops) for a torch it was not built against, and
     says so only through its logger: one line naming both versions instead of a silent slowdown."""
-    import torchao
+    import torchao  # noqa: PLC0415 -- only when an option uses its kernels
 
     if not getattr(torchao, "skip_loading_so_files", False):
         return None
@@ -117,13 +117,6 @@ def wrap_optimizer(techniques: list[Technique], optimizer: torch.optim.Optimizer
     for technique in techniques:
         optimizer = technique.wrap_optimizer(optimizer)
     return optimizer
-
-
-def wrap_step(techniques: list[Technique], step):
-    """The step as the techniques change it (SAM's two passes), each wrapping what the one before returned."""
-    for technique in techniques:
-        step = technique.wrap_step(step)
-    return step
 
 
 def data_stream(techniques: list[Technique], microbatches: Microbatches, start: int, num_workers: int,

@@ -103,11 +103,6 @@ class Technique(Callback):
         """The microbatches from global microbatch `start` on, if this technique draws them (None: it does not)."""
         return None
 
-    def wrap_step(self, step):
-        """The step the trainer (or the benchmark) runs, a cramming.gradient_step.Step; return a wrapper of it
-        to change it. Wrappers stack: each technique wraps what the one before returned."""
-        return step
-
     def extra_memory(self, model: torch.nn.Module) -> int:
         """Bytes of GPU memory this technique holds beside a plain step's, for the microbatch search."""
         return 0

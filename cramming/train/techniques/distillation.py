@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 
 from cramming.data.mlm import IGNORE_INDEX, labels_at_logits, logits_at_masks
+from cramming.data.prepare import cached_tokenizer
 from cramming.errors import CrammingError, require
 from cramming.model.checkpoint import WEIGHTS_NAME, load_pretrained, read_config, read_tokenizer
 from cramming.model.crammed_bert import CrammedForMaskedLM
@@ -75,8 +76,6 @@ class Distillation(Technique):
     def check_inputs(cfg) -> None:
         """A masked-LM teacher whose vocabulary is this run's: its size from its config.json, its tokens from the
         prepared dataset's tokenizer where the cache holds it (else once the data is prepared: on_train_start)."""
-        from cramming.data.prepare import cached_tokenizer  # the data pipeline's imports, for this check only
-
         key = f"train.distill.teacher={cfg.train.distill.teacher}"
         teacher = resolve_checkpoint(cfg.train.distill.teacher, Path(cfg.output_dir) / cfg.name,
                                      key="train.distill.teacher")

@@ -71,8 +71,8 @@ class Ema(Technique):
     def after_optimizer_step(self, state: TrainState) -> None:
         decay = min(self.decay, (1 + self.updates) / (WARMUP + self.updates))
         weights = [p.detach().float() for p in state.model.parameters()]
-        # A step skipped on the device for non-finite values (cramming.train.stopping.NonFiniteSteps) moves nothing; the flag
-        # is not read here, so n counts steps taken, skipped ones included.
+        # A step skipped on the device for non-finite values (cramming.train.nonfinite.NonFiniteSteps) moves
+        # nothing; the flag is not read here, so n counts steps taken, skipped ones included.
         step = torch.where(state.step_finite, 1 - decay, 0.0)
         torch._foreach_lerp_(self.average, weights, [step] * len(weights))
         self.updates += 1

@@ -56,7 +56,7 @@ def convert_to_fp8(model: nn.Module, emulate: bool = False) -> list[str]:
     """Swap the filtered Linear layers for torchao's Float8Linear (tensorwise dynamic scaling), in place;
     returns their names. The weights stay the same Parameters (so state-dict keys and checkpoints do not
     change). emulate: torchao's emulation of the fp8 matmuls in full precision, which runs anywhere (tests)."""
-    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training  # noqa: PLC0415 -- impl.fp8 only
 
     chosen = [name for name, module in model.named_modules() if fp8_linear_filter(module, name)]
     convert_to_float8_training(model, module_filter_fn=fp8_linear_filter, config=Float8LinearConfig(emulate=emulate))

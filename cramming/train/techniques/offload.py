@@ -25,7 +25,7 @@ MINIMAL_SIZE = 4096  # torchao's minimal_size: smaller parameters stay on the GP
 def offload(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     """The optimizer rebuilt inside torchao's CPUOffloadOptimizer: the same class, parameter groups and
     hyperparameters, its state and the master weights in pinned CPU memory (CUDA only)."""
-    from torchao.optim import CPUOffloadOptimizer
+    from torchao.optim import CPUOffloadOptimizer  # noqa: PLC0415 -- as said at the top: only when it is on
 
     class ClippedCPUOffloadOptimizer(CPUOffloadOptimizer):
         """torchao copies each gradient to the CPU as soon as backward has produced it, i.e. before our

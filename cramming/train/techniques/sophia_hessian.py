@@ -61,7 +61,8 @@ class SophiaHessian(Technique):
         logits = output.logits  # (B, k, V) on the sparse-prediction path, else (B, T, V)
         labels = labels_at_logits(batch, logits)  # (B, k or T)
         predicted = labels != IGNORE_INDEX
-        generator = torch.Generator(device=logits.device).manual_seed(self.seed * 1_000_003 + state.progress.microbatches)
+        seed = self.seed * 1_000_003 + state.progress.microbatches
+        generator = torch.Generator(device=logits.device).manual_seed(seed)
         probabilities = logits.detach().float().softmax(-1).flatten(0, 1)  # (B * k, V)
         sampled = torch.multinomial(probabilities, 1, generator=generator).view(labels.shape)  # (B, k)
         sampled = torch.where(predicted, sampled, IGNORE_INDEX)

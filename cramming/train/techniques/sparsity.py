@@ -194,7 +194,8 @@ class Sparsity(Technique):
     def after_optimizer_step(self, state: TrainState) -> None:
         self._apply(state)
         if self.method == "semi-structured-2:4" and not self.masks and state.fraction >= self.start:
-            self.masks = {name: two_of_four_mask(weight.detach()) for name, weight in encoder_matrices(state.model).items()}
+            self.masks = {name: two_of_four_mask(weight.detach())
+                          for name, weight in encoder_matrices(state.model).items()}
             self.current_density = 0.5
             log.info("sparsity: pruned to 2:4 at step %d", state.progress.step + 1)
             self._apply(state)
@@ -261,8 +262,9 @@ def lottery_ticket(cfg) -> tuple[Path, Path | None]:
                             "the ticket must be drawn from the same architecture")
     if dense.data.tokenizer.vocab_size != cfg.data.tokenizer.vocab_size:
         raise CrammingError(f"train.sparsity.ticket={sparsity.ticket}: that run's data.tokenizer.vocab_size="
-                            f"{dense.data.tokenizer.vocab_size} differs from this one's ({cfg.data.tokenizer.vocab_size}),"
-                            " so its embedding has another shape: the ticket must be drawn from the same vocabulary")
+                            f"{dense.data.tokenizer.vocab_size} differs from this one's "
+                            f"({cfg.data.tokenizer.vocab_size}), so its embedding has another shape: the ticket must "
+                            "be drawn from the same vocabulary")
     if sparsity.rewind is None:
         if dense.train.seed != cfg.train.seed:
             raise CrammingError(f"train.sparsity.ticket={sparsity.ticket}: that run's train.seed={dense.train.seed} "

@@ -25,7 +25,7 @@ from cramming.eval.submission import zip_submission
 from cramming.eval.tasks.base import DataMissing, Task, TaskData
 from cramming.eval.tasks.glue import PROTOCOL_NUMBERS, glue_average
 from cramming.eval.tasks.registry import TASK_NAMES, GlueConfig, as_glue_config, task_named
-from cramming.eval.tasks.superglue import SCORE_METRICS, SuperGlueTask, superglue_score
+from cramming.eval.tasks.superglue import SCORE_METRICS, superglue_score
 from cramming.provenance import provenance
 
 log = logging.getLogger(__name__)
@@ -96,9 +96,11 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path,
         "wall_seconds": time.perf_counter() - started,
     }
     if cfg.predict_test:
-        results["submission"] = zip_submission(Path(output_dir), "GLUE")
-        if any(isinstance(task, SuperGlueTask) for task in tasks):  # the SuperGLUE leaderboard's files
-            results["superglue_submission"] = zip_submission(Path(output_dir), "SuperGLUE")
+        # GLUE's archive always (a warning when no task wrote a file for it), and each other leaderboard's whose
+        # tasks ran: results["submission"], results["superglue_submission"]
+        for server in ["GLUE", *sorted({task.leaderboard for task in tasks} - {"GLUE"})]:
+            key = "submission" if server == "GLUE" else f"{server.lower()}_submission"
+            results[key] = zip_submission(Path(output_dir), server)
     write_reports(results, Path(output_dir))
     shown = "n/a" if average is None else f"{average:.2f}"
     for split, metric in beyond.items():

@@ -64,11 +64,20 @@ class ModelConfig:
     dropout: float = 0.0  # embeddings, attention probs, residual branches, classifier; 0 in pretraining
 
 
-def at_defaults_beyond(cfg, handled: frozenset[str]) -> bool:
-    """Whether every ModelConfig key outside `handled` holds its default: a native transformers layout lists the
-    keys it maps or pins, so a key added to the model later exports as the remote code until a layout maps it."""
+# The ModelConfig keys the native transformers layouts (BERT, ModernBERT: model/export.py) map into their configs
+# or pin, each layout's conditions on them in its is_*_layout.
+NATIVE_LAYOUT_KEYS = frozenset({
+    "name", "num_layers", "hidden_size", "num_heads", "intermediate_size", "max_position_embeddings", "dropout",
+    "init_std", "norm_eps", "norm_scheme", "init_scheme", "ffn", "bias", "decoder_bias", "norm_bias", "positions",
+    "global_attn_every_n_layers", "local_attention", "head_transform", "classifier_head", "classifier_pooling",
+    "final_norm", "sparse_prediction", "global_rope_theta", "local_rope_theta", "first_layer_attention_norm"})
+
+
+def at_native_defaults(cfg) -> bool:
+    """Whether every ModelConfig key outside NATIVE_LAYOUT_KEYS holds its default: a key added to the model later
+    exports as the remote code until the native layouts map it, instead of being dropped from the export."""
     return all(getattr(cfg, field.name) == field.default for field in dataclasses.fields(ModelConfig)
-               if field.name not in handled)
+               if field.name not in NATIVE_LAYOUT_KEYS)
 
 
 def training_flops_per_token(cfg, vocab_size: int, seq_length: int, mlm_rate: float) -> float:

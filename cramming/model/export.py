@@ -28,7 +28,7 @@ from . import configuration_crammed_bert, crammed_bert, initialization, layers, 
 from . import unpadded
 from .checkpoint import load_pretrained
 from .configuration_crammed_bert import CrammedBertConfig
-from .crammed_bert import CrammedForMaskedLM, at_defaults_beyond, has_decoder_bias
+from .crammed_bert import CrammedForMaskedLM, at_native_defaults, has_decoder_bias
 from .export_modernbert import is_modernbert_layout, modernbert_config, modernbert_state
 from .layers import has_local_layers
 
@@ -69,20 +69,12 @@ def _name_a_tokenizer_class_every_version_has(tokenizer_config: Path) -> None:
     tokenizer_config.write_text(json.dumps(settings, indent=2) + "\n")
 
 
-# The ModelConfig keys BERT's layout maps into BertConfig or pins below (sparse_prediction only changes which
-# positions training scores; rope's keys and first_layer_attention_norm mean nothing with learned positions and
-# post-norm); a key outside them must hold its default (at_defaults_beyond).
-BERT_LAYOUT_KEYS = frozenset({
-    "name", "num_layers", "hidden_size", "num_heads", "intermediate_size", "max_position_embeddings", "dropout",
-    "init_std", "norm_eps", "norm_scheme", "init_scheme", "ffn", "bias", "decoder_bias", "norm_bias", "positions",
-    "global_attn_every_n_layers", "local_attention", "head_transform", "classifier_head", "classifier_pooling",
-    "final_norm", "sparse_prediction", "global_rope_theta", "local_rope_theta", "first_layer_attention_norm"})
-
 
 def is_bert_layout(cfg) -> bool:
     """Whether the architecture is exactly what transformers' BERT computes."""
     return (
-        at_defaults_beyond(cfg, BERT_LAYOUT_KEYS)
+        at_native_defaults(cfg)  # sparse_prediction only changes which positions training scores; rope's keys and
+        # first_layer_attention_norm mean nothing with learned positions and post-norm
         and cfg.norm_scheme == "post"
         and cfg.init_scheme not in ("skipinit", "deepnorm")  # BERT has neither residual gates nor DeepNorm's α
         and cfg.ffn == "gelu"

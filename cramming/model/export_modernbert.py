@@ -15,22 +15,13 @@ from transformers import ModernBertConfig
 
 from cramming.data.vocab import CLS_ID, PAD_ID, SEP_ID
 
-from .crammed_bert import at_defaults_beyond, has_decoder_bias
+from .crammed_bert import at_native_defaults, has_decoder_bias
 from .layers import attends_globally
-
-# The ModelConfig keys ModernBERT's layout maps into ModernBertConfig or pins below; a key outside them must hold
-# its default (at_defaults_beyond).
-MODERNBERT_LAYOUT_KEYS = frozenset({
-    "name", "num_layers", "hidden_size", "num_heads", "intermediate_size", "max_position_embeddings", "dropout",
-    "init_std", "norm_eps", "norm_scheme", "init_scheme", "ffn", "bias", "decoder_bias", "norm_bias", "positions",
-    "global_attn_every_n_layers", "local_attention", "head_transform", "classifier_head", "classifier_pooling",
-    "final_norm", "sparse_prediction", "global_rope_theta", "local_rope_theta", "first_layer_attention_norm"})
-
 
 def is_modernbert_layout(cfg) -> bool:
     """Whether the architecture is exactly what transformers' ModernBERT computes."""
     return (
-        at_defaults_beyond(cfg, MODERNBERT_LAYOUT_KEYS)
+        at_native_defaults(cfg)
         and cfg.norm_scheme == "pre"
         and not cfg.first_layer_attention_norm
         and cfg.final_norm

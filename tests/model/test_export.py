@@ -149,14 +149,13 @@ def test_a_foreign_tokenizer_auto_map_is_not_carried_into_the_export(tmp_path, t
 def test_a_key_no_native_layout_maps_exports_as_remote_code(arch, monkeypatch):
     """A native layout maps or pins the keys it lists; a key outside them (as one added to the model later would
     be) away from its default leaves the layout, instead of being dropped from the export silently."""
-    from cramming.model import export, export_modernbert
+    from cramming.model import crammed_bert, export, export_modernbert
 
-    module, keys = ((export, "BERT_LAYOUT_KEYS") if arch.startswith("bert") else
-                    (export_modernbert, "MODERNBERT_LAYOUT_KEYS"))
-    is_layout = export.is_bert_layout if module is export else export_modernbert.is_modernbert_layout
+    is_layout = export.is_bert_layout if arch.startswith("bert") else export_modernbert.is_modernbert_layout
     cfg = arch_config(arch)
     assert is_layout(cfg)
-    monkeypatch.setattr(module, keys, getattr(module, keys) - {"dropout"})  # as if no layout mapped dropout
+    # as if no layout mapped dropout
+    monkeypatch.setattr(crammed_bert, "NATIVE_LAYOUT_KEYS", crammed_bert.NATIVE_LAYOUT_KEYS - {"dropout"})
     assert is_layout(cfg)  # at its default: nothing is lost
     cfg.dropout = 0.1
     assert not is_layout(cfg)

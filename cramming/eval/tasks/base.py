@@ -60,6 +60,7 @@ class Task(ABC):
     eval_splits: tuple[EvalSplit, ...]
     metric: str
     in_glue = False
+    leaderboard = "GLUE"  # the server its test predictions are zipped for (eval.predict_test; submission.SERVERS)
     # Its own keys, at their paths under `eval` (eval.local): the registry adds them to the section's schema
     settings: tuple[Setting, ...] = ()
 

@@ -81,6 +81,7 @@ class SuperGlueTask(Task):
     hub_config: str  # of aps/super_glue
     submission: str  # the leaderboard's file name, <submission>.jsonl
     in_superglue_score = True  # AX-b and AX-g are diagnostics outside the score
+    leaderboard = "SuperGLUE"
     train_folder: Optional[str] = None  # where the training data is, when not `folder` (the diagnostics: RTE)
     train_hub_config: Optional[str] = None
 

@@ -77,7 +77,7 @@ def look_at_data(cfg, hub: bool = False) -> list[str]:
     pretrained tokenizer's, which only the network tells. Returns what could not be judged."""
     data = OmegaConf.to_object(cfg.data) if OmegaConf.is_config(cfg.data) else cfg.data
     source = source_from_config(data)
-    if source.kind == "hub" or data.tokenizer.kind == "pretrained":
+    if source.name == "hub" or data.tokenizer.kind == "pretrained":
         if not hub:
             return []
         try:

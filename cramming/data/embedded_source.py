@@ -18,7 +18,7 @@ def embedded_documents() -> list[Document]:
 
 
 class EmbeddedSource(Source):
-    kind = "embedded"
+    name = "embedded"
 
     @classmethod
     def build(cls, cfg: DataBaseConfig) -> "EmbeddedSource":

@@ -22,7 +22,7 @@ COMMIT = re.compile(r"[0-9a-f]{40}")  # a full commit sha names itself: no need 
 
 
 class HubSource(Source):
-    kind = "hub"
+    name = "hub"
     settings = (
         # load_dataset(hub_path, hub_name, split=split, streaming=streaming, revision=the commit of hub_revision)
         Setting("data.hub_path", Optional[str]),

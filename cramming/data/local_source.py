@@ -86,7 +86,7 @@ def text_size_bytes(path: str) -> int:
 
 
 class LocalSource(Source):
-    kind = "local"
+    name = "local"
     settings = (Setting("data.files", Any),)  # a path or glob, or a list of them (.txt[.gz], .jsonl[.gz], .parquet)
 
     def __init__(self, cfg: DataBaseConfig, files: list[str]):

@@ -50,7 +50,7 @@ class MixtureSourceConfig:
 class Mixture(Source):
     """Several local sources read as one stream, interleaved by characters (module docstring)."""
 
-    kind = "mixture"
+    name = "mixture"
     # the sources and their weights; documents are interleaved by characters
     settings = (Setting("data.sources", list[MixtureSourceConfig], []),)
 

@@ -58,7 +58,7 @@ def look_once(cfg: DataBaseConfig, source: Source, final_dir: Path) -> FirstLook
 def dataset_folder(cfg: DataBaseConfig, cache_dir: str, source: Source) -> Path | None:
     """Where the cache keeps, or will keep, the dataset of `cfg`; None where only the network would tell (the
     fingerprint of a hub corpus or of a pretrained tokenizer reads it)."""
-    if source.kind == "hub" or cfg.tokenizer.kind == "pretrained":
+    if source.name == "hub" or cfg.tokenizer.kind == "pretrained":
         return None
     return store.dataset_dir(cache_dir, cfg, store.cache_key(cfg, source.fingerprint()))
 

@@ -3,7 +3,7 @@ it yields.
 
 Every source yields documents as lists of lines: lines are what the tokenizer encodes (short strings
 encode fastest), documents are what the filters judge and what [SEP] separates when packing. A source class
-names its `data.source` value in `kind` (`kind = "hub"`) and declares the keys only it reads in `settings`;
+names its `data.source` value in `name` (`name = "hub"`) and declares the keys only it reads in `settings`;
 `cramming.data.sources` lists every kind (SOURCES), adds their settings to the `data` schema and looks up the
 kind a config names.
 """
@@ -24,7 +24,7 @@ SAMPLE_BY = ("line", "paragraph")
 class Source(ABC):
     """A resolved data source: its documents, its size when known up front, and a fingerprint for the cache key."""
 
-    kind: ClassVar[str]  # its data.source value
+    name: ClassVar[str]  # its data.source value
     settings: ClassVar[tuple[Setting, ...]] = ()  # the keys of `data` only this kind reads
 
     def __init__(self, cfg: DataBaseConfig):

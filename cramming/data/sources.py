@@ -1,8 +1,8 @@
-"""Where raw text comes from: one class per `data.source` (its `kind`), each in its own file behind the interface
+"""Where raw text comes from: one class per `data.source` (its `name`), each in its own file behind the interface
 of `source_base.Source`, listed in SOURCES; the `data` schema, DataConfig, which adds each kind's own keys (its
 `settings`) to those every source shares; and the lookup from a data config to its source.
 
-Adding a kind: its file (a Source subclass with its `kind` and `settings`), one line in SOURCES, a test. A
+Adding a kind: its file (a Source subclass with its `name` and `settings`), one line in SOURCES, a test. A
 source's settings are its kind's to check, so the whole data config is checked from here (`check_data_config`),
 above the schema.
 """
@@ -21,7 +21,7 @@ from cramming.errors import require
 from cramming.plugin_keys import with_settings
 
 SOURCES: tuple[type[Source], ...] = (EmbeddedSource, HubSource, LocalSource, Mixture)
-KINDS = {source.kind: source for source in SOURCES}  # data.source → its class
+KINDS = {source.name: source for source in SOURCES}  # data.source → its class
 
 
 @dataclass
@@ -42,7 +42,7 @@ def _check_source_settings(cfg: DataConfig) -> None:
     require([(cfg.source in KINDS, f"data.source={cfg.source!r} is unknown; choose one of {', '.join(sorted(KINDS))}"),
              (cfg.sample_by in SAMPLE_BY,
               f"data.sample_by={cfg.sample_by!r} is unknown; choose one of {', '.join(SAMPLE_BY)}")])
-    require([rule for other in SOURCES if other.kind != cfg.source for rule in other.rules_when_unused(cfg)])
+    require([rule for other in SOURCES if other.name != cfg.source for rule in other.rules_when_unused(cfg)])
     KINDS[cfg.source].check(cfg)
 
 

@@ -35,13 +35,18 @@ class TrainState(StepState):
 
 
 class Callback:
-    """Override the points you need; all receive the TrainState. `name` keys the checkpointed state."""
+    """Override the points you need; all receive the TrainState. `name` names it; `state_key` (its name unless a
+    kind of callback says otherwise) keys the state it checkpoints."""
 
     keeps_batches = False  # whether after_gradients needs the step's microbatches
 
     @property
     def name(self) -> str:
         return type(self).__name__
+
+    @property
+    def state_key(self) -> str:
+        return self.name
 
     def on_train_start(self, state: TrainState) -> None:
         """After set-up (and a resume), just before the budget clock starts."""
@@ -86,7 +91,7 @@ class CallbackList(StepHooks):
     points no callback has (the benchmark's timed step with techniques)."""
 
     def __init__(self, callbacks: list[Callback]):
-        names = [callback.name for callback in callbacks]
+        names = [callback.state_key for callback in callbacks]
         duplicated = sorted({name for name in names if names.count(name) > 1})
         if duplicated:
             raise ValueError(f"two callbacks are named {', '.join(duplicated)}; give each its own name")
@@ -128,10 +133,10 @@ class CallbackList(StepHooks):
             callback.on_train_end(state, reason)
 
     def state_dict(self) -> dict:
-        states = {callback.name: callback.state_dict() for callback in self.callbacks}
+        states = {callback.state_key: callback.state_dict() for callback in self.callbacks}
         return {name: state for name, state in states.items() if state}
 
     def load_state_dict(self, states: dict) -> None:
         for callback in self.callbacks:
-            if callback.name in states:
-                callback.load_state_dict(states[callback.name])
+            if callback.state_key in states:
+                callback.load_state_dict(states[callback.state_key])

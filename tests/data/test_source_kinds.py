@@ -68,7 +68,7 @@ def test_the_lookup_gives_one_class_per_source(tmp_path):
 def test_every_kind_is_the_source_of_a_data_config_and_every_data_config_names_a_kind():
     """`data=<name>` is how users choose: a kind no file of the group names could not be chosen."""
     named = {OmegaConf.load(path).source for path in (CONFIG_DIR / "data").glob("*.yaml")}
-    assert named == {source.kind for source in SOURCES}
+    assert named == {source.name for source in SOURCES}
 
 
 def test_mixture_and_the_sources_it_reads_do_not_import_the_lookup():

@@ -57,11 +57,11 @@ def check_techniques(cfg) -> None:
     """Each technique's values, then no two enabled ones that conflict: one line naming the first problem."""
     for technique in TECHNIQUES:
         technique.check(cfg)
-    enabled = {technique.label: technique for technique in TECHNIQUES if technique.enabled(cfg)}
+    enabled = {technique.name: technique for technique in TECHNIQUES if technique.enabled(cfg)}
     for technique in enabled.values():
         for other, why in technique.conflicts.items():
             if other in enabled:
-                raise CrammingError(f"{technique.label} and {other} {why}")
+                raise CrammingError(f"{technique.name} and {other} {why}")
 
 
 def check_technique_inputs(cfg) -> None:

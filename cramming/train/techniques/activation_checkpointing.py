@@ -25,7 +25,7 @@ def checkpoint_activations(model: torch.nn.Module) -> None:
 
 
 class ActivationCheckpointing(Technique):
-    label = "impl.activation_checkpointing=true"
+    name = "impl.activation_checkpointing=true"
     switch = "impl.activation_checkpointing"
     # true: each layer's activations are recomputed in the backward pass instead of kept (less memory, about a
     # third more compute; the GPU microbatch search then finds a larger microbatch)

@@ -3,12 +3,12 @@ set-up events and the loop's named points (a Callback). The trainer, the config 
 the checkpointer and the benchmark ask the registry (techniques/__init__.py) and never name a technique.
 
 Declared at class level, before any run exists:
-- `label`: the override that switches it on, as users type it; it names the technique in messages and in
-  other techniques' `conflicts`;
+- `name`: the override that switches it on, as users type it; it names the technique in messages and in
+  other techniques' `conflicts` (its checkpointed state keeps the class's name, `state_key`);
 - `settings`: the config keys it owns (`cramming.plugin_keys.Setting`: where users set it, type, default),
   added to the schema;
 - `switch` (and `switch_value`): the key that switches it on, from which `enabled(cfg)` follows;
-- `check(cfg)` (its values, before any data), `conflicts` (label -> why);
+- `check(cfg)` (its values, before any data), `conflicts` (name -> why);
 - `check_on_device(cfg, run)`: what it needs of the device, the compiler, the precision, the world size, and
   `needs_cuda`: whether it does anything (or can run) without a CUDA GPU;
 - `speed_notice(cfg, device)`: one line where it is measured slower than the default;
@@ -43,13 +43,18 @@ class Technique(Callback):
     """One technique; see the module docstring for what it declares. Instance level: the Callback points and the
     set-up events below, each a no-op by default."""
 
-    label: str = ""
+    name: str = ""
     switch: str = ""  # the config key that switches it on (`train.z_loss.weight`)
     switch_value: Any = None  # on when `switch` holds this value (`train.sampling` = importance); None: when set
     settings: tuple[Setting, ...] = ()
     conflicts: dict[str, str] = {}
     variant: str | None = None
     variant_overrides: tuple[str, ...] = ()
+
+    @property
+    def state_key(self) -> str:
+        """The class's name, as checkpoints have always keyed a technique's state."""
+        return type(self).__name__
 
     @classmethod
     def enabled(cls, cfg) -> bool:

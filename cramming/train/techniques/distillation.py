@@ -54,7 +54,7 @@ def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor
 
 
 class Distillation(Technique):
-    label = "train.distill"
+    name = "train.distill"
     switch = "train.distill.teacher"
     settings = (Setting("train.distill", DistillConfig),)
 

@@ -33,7 +33,7 @@ class EmaConfig:
 
 
 class Ema(Technique):
-    label = "train.ema"
+    name = "train.ema"
     switch = "train.ema.decay"
     settings = (Setting("train.ema", EmaConfig),)
     variant, variant_overrides = "ema", ("train.ema.decay=0.999",)

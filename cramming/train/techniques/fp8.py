@@ -65,7 +65,7 @@ def convert_to_fp8(model: nn.Module, emulate: bool = False) -> list[str]:
 
 
 class Fp8(Technique):
-    label = "impl.fp8=true"
+    name = "impl.fp8=true"
     switch = "impl.fp8"
     # true: the encoder layers' Linear layers compute in float8; needs an NVIDIA GPU of compute capability 8.9+
     # (Ada, Hopper) and compile; anywhere else a one-line error

@@ -35,7 +35,7 @@ SAMPLINGS = ("sequential", "importance")  # train.sampling: the prepared data or
 
 
 class ImportanceSampling(Technique):
-    label = "train.sampling=importance"
+    name = "train.sampling=importance"
     switch, switch_value = "train.sampling", "importance"
     # sequential: the prepared data order | importance: rows drawn by their last-seen loss, importance-weighted
     settings = (Setting("train.sampling", str, "sequential"),)

@@ -35,7 +35,7 @@ def drop_rates(fraction: float, num_layers: int, max_rate: float, rise_fraction:
 
 
 class LayerDrop(Technique):
-    label = "train.layer_drop"
+    name = "train.layer_drop"
     switch = "train.layer_drop.max_rate"
     settings = (Setting("train.layer_drop", LayerDropConfig),)
     conflicts = {"train.stacking": "both set the layers a step runs: use one at a time"}

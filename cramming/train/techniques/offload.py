@@ -52,7 +52,7 @@ def offload(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
 
 
 class OffloadOptimizer(Technique):
-    label = "impl.offload_optimizer=true"
+    name = "impl.offload_optimizer=true"
     switch = "impl.offload_optimizer"
     # true: optimizer state and master weights in CPU memory, the update on the CPU (one GPU, not fp16); a no-op
     # with a notice on a CPU-only run

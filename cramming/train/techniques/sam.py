@@ -21,7 +21,7 @@ from cramming.train.techniques.base import RunContext, Technique, parameter_byte
 
 
 class SharpnessAware(Technique):
-    label = "train.optim.sam_rho"
+    name = "train.optim.sam_rho"
     switch = "train.optim.sam_rho"
     settings = (Setting("train.optim.sam_rho", float, 0.0),)
     variant, variant_overrides = "sam", ("train.optim.sam_rho=0.05",)

@@ -102,7 +102,7 @@ def gradual_density(fraction: float, density: float, start: float, end: float) -
 
 
 class Sparsity(Technique):
-    label = "train.sparsity"
+    name = "train.sparsity"
     switch = "train.sparsity.method"
     settings = (Setting("train.sparsity", SparsityConfig),)
     conflicts = {"train.stacking": "do not combine: a grown layer would keep its own mask, not its source's",

@@ -47,7 +47,7 @@ def copy_optimizer_state(optimizer: torch.optim.Optimizer, source: torch.nn.Para
 
 
 class Stacking(Technique):
-    label = "train.stacking"
+    name = "train.stacking"
     switch = "train.stacking.stages"
     settings = (Setting("train.stacking", StackingConfig),)
 

@@ -36,7 +36,7 @@ def z_penalty(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 class ZLoss(Technique):
-    label = "train.z_loss"
+    name = "train.z_loss"
     switch = "train.z_loss.weight"
     settings = (Setting("train.z_loss", ZLossConfig),)
     variant, variant_overrides = "z-loss", ("train.z_loss.weight=1e-4",)

@@ -48,14 +48,7 @@ class OptimConfig:
         """The keys the optimizer reads set and the others null, then each value in its domain."""
         require([(self.name in NAMES,
                   f"train.optim.name={self.name!r} is unknown; choose one of {', '.join(NAMES)}")])
-        reads = NAMES[self.name].keys
-        every_key = dict.fromkeys(key for optimizer in OPTIMIZERS for key in optimizer.keys)  # in a stable order
-        require([(key in reads or getattr(self, key) is None,
-                  f"train.optim.{key} is not used by train.optim.name={self.name} (it reads {', '.join(reads)})")
-                 for key in every_key] +
-                [(getattr(self, key) is not None,
-                  f"train.optim.{key} is null and train.optim.name={self.name} reads it (its default: "
-                  f"configs/optim/{self.name}.yaml, which optim={self.name} composes)") for key in reads])
+        NAMES[self.name].check(self)  # the optimizer's own rules
         require([
             (math.isfinite(self.lr) and self.lr > 0, f"train.optim.lr={self.lr} must be positive and finite"),
             (self.betas is None or (len(self.betas) == 2 and all(0 <= beta < 1 for beta in self.betas)),

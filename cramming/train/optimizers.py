@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from cramming.engine.adamw import build_optimizer, parameter_groups
-from cramming.errors import CrammingError
+from cramming.errors import CrammingError, require
 from cramming.model.crammed_bert import encoder_matrices
 from cramming.plugin_keys import Setting
 
@@ -55,6 +55,18 @@ class Optimizer:
     def build(model: nn.Module, optim) -> torch.optim.Optimizer:
         """The torch optimizer over the model's parameters, from the resolved (checked) `train.optim`."""
         raise NotImplementedError
+
+    @classmethod
+    def check(cls, optim) -> None:
+        """Its rules on `train.optim`, before anything is built: every key it reads is set, and every other
+        optimizer's key stays null (a value it would ignore). An optimizer with more rules extends this."""
+        every_key = dict.fromkeys(key for optimizer in OPTIMIZERS for key in optimizer.keys)  # in a stable order
+        require([(key in cls.keys or getattr(optim, key) is None,
+                  f"train.optim.{key} is not used by train.optim.name={cls.name} (it reads {', '.join(cls.keys)})")
+                 for key in every_key] +
+                [(getattr(optim, key) is not None,
+                  f"train.optim.{key} is null and train.optim.name={cls.name} reads it (its default: "
+                  f"configs/optim/{cls.name}.yaml, which optim={cls.name} composes)") for key in cls.keys])
 
     @classmethod
     def check_on_device(cls, device: torch.device) -> None:

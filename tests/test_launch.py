@@ -23,10 +23,19 @@ def test_a_bad_setting_stops_the_launch_before_any_process_starts(tmp_path):
 
 def test_a_process_that_fails_after_the_launch_ends_it_in_one_line_with_its_exit_code(tmp_path):
     script = tmp_path / "fails_on_rank_1.py"
-    script.write_text("import os, sys\n"
-                      "if os.environ['RANK'] == '1':\n"
-                      "    print('error: rank 1 cannot go on', file=sys.stderr)\n"
-                      "    sys.exit(3)\n")
+    # rank 1 fails once rank 0 has finished (its marker, then a second for its exit), so that torchrun counts one
+    # failed process on a machine of any speed or load, not rank 0 stopped by torchrun as well
+    script.write_text("import os, sys, time\n"
+                      "marker = os.path.join(os.path.dirname(__file__), 'rank-0-done')\n"
+                      "if os.environ['RANK'] == '0':\n"
+                      "    open(marker, 'w').close()\n"
+                      "    sys.exit(0)\n"
+                      "deadline = time.monotonic() + 120\n"
+                      "while not os.path.exists(marker) and time.monotonic() < deadline:\n"
+                      "    time.sleep(0.05)\n"
+                      "time.sleep(1)\n"
+                      "print('error: rank 1 cannot go on', file=sys.stderr)\n"
+                      "sys.exit(3)\n")
     run = in_subprocess("launch", "--nproc_per_node=2", str(script), cwd=tmp_path, timeout=300)
     assert run.returncode == 3 and "Traceback" not in run.stderr
     lines = run.stderr.strip().splitlines()

@@ -146,7 +146,7 @@ def test_a_failed_stage_is_recorded_and_the_check_fails_after_the_others(tmp_pat
         {"test": "tests/gpu/test_x.py::test_a", "when": "call", "outcome": "passed", "seconds": 1.0},
         {"test": "tests/gpu/test_x.py::test_b", "when": "call", "outcome": "failed", "seconds": 0.5},
         {"test": "tests/gpu/test_x.py::test_a", "when": "teardown", "outcome": "failed", "seconds": 0.1}]))
-    monkeypatch.setattr("cramming.bench.gpu_suite.run_gpu_suite",
+    monkeypatch.setattr("cramming.bench.gpu_check.run_gpu_suite",
                         lambda outcomes, selection: {"exit_code": 1, **read_outcomes(tmp_path / "outcomes.jsonl")})
     with pytest.raises(CrammingError, match=r"gpu_check: 1 stage\(s\) failed: tests \(2 GPU test\(s\) failed "
                                             r"\(tests/gpu/test_x.py::test_a, tests/gpu/test_x.py::test_b\)\)"):
@@ -207,8 +207,8 @@ def test_the_bench_stage_on_a_gpu_reports_each_modes_own_peak_memory(tmp_path, m
         return written
 
     kernels = []
-    monkeypatch.setattr("cramming.bench.benchmark.run_benchmark", benchmark)
-    monkeypatch.setattr("cramming.bench.inspect.sdpa_kernel_used", lambda *shape: kernels.append(shape) or "flash")
+    monkeypatch.setattr("cramming.bench.gpu_check.run_benchmark", benchmark)
+    monkeypatch.setattr("cramming.bench.gpu_check.sdpa_kernel_used", lambda *shape: kernels.append(shape) or "flash")
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a, **k: pytest.fail("the process's peak"))
     result = gpu_check._bench(GpuCheckConfig(device="cuda", output_dir=str(tmp_path)), tmp_path)
     assert received == [("crammed-bert", "bf16", 128, True, "cuda"), ("crammed-bert", "bf16", 128, False, "cuda")]

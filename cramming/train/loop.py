@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import torch
 
 from cramming.engine.schedules import accumulation_steps, fitted_batch_size, lr_multiplier
-from cramming.engine.step import Step, StepHooks
-from cramming.train.callbacks import CallbackList, TrainState
+from cramming.engine.step import Step
+from cramming.train.callbacks import Callback, CallbackList, TrainState
 from cramming.train.stopping import LocalAgreement
 
 
@@ -49,36 +49,24 @@ class Schedule:
                                   train.batch_ramp_fraction)
 
 
-class PretrainingHooks(StepHooks):
-    """Pretraining's bodies for the step's named points: a budget that runs out ends a step between microbatches
-    (decided alike on every rank: cramming.train.stopping), each microbatch counts into the progress (which a
-    simulated budget clock reads), a non-finite step is counted on the device without a host sync
-    (cramming.train.nonfinite), and the callbacks (techniques among them) act at the rest."""
+class PretrainingHooks(CallbackList):
+    """Pretraining's callbacks, which are also its bodies for the step's named points: a budget that runs out ends
+    a step between microbatches (decided alike on every rank: cramming.train.stopping), each microbatch counts into
+    the progress (which a simulated budget clock reads), a non-finite step is counted on the device without a host
+    sync (cramming.train.nonfinite), and the callbacks (techniques among them) act at the rest."""
 
-    def __init__(self, callbacks: CallbackList, agreement: LocalAgreement):
-        self.callbacks, self.agreement = callbacks, agreement
-        self.keeps_batches = callbacks.keeps_batches
+    def __init__(self, callbacks: list[Callback], agreement: LocalAgreement):
+        super().__init__(callbacks)
+        self.agreement = agreement
 
     def another_microbatch(self, state: TrainState) -> bool:
         return not self.agreement.budget_ran_out()
 
-    def after_forward(self, state: TrainState, batch: dict, loss: torch.Tensor, output) -> torch.Tensor:
-        return self.callbacks.after_forward(state, batch, loss, output)
-
     def after_microbatch(self, state: TrainState) -> None:
         state.progress.microbatches += 1
 
-    def after_gradients(self, step: Step, state: TrainState, batches: list[dict], loss: torch.Tensor) -> torch.Tensor:
-        return self.callbacks.after_gradients(step, state, batches, loss)
-
     def judge(self, state: TrainState, loss_finite: torch.Tensor, gradient_finite: torch.Tensor) -> torch.Tensor:
         return state.nonfinite.observe(loss_finite, gradient_finite, state.progress.step + 1)
-
-    def before_optimizer_step(self, state: TrainState) -> None:
-        self.callbacks.before_optimizer_step(state)
-
-    def after_optimizer_step(self, state: TrainState) -> None:
-        self.callbacks.after_optimizer_step(state)
 
 
 def run_loop(state: TrainState, step: Step, agreement: LocalAgreement, schedule: Schedule,

@@ -239,9 +239,9 @@ def train_run(run: Run, callbacks: list[Callback], zero_shot: Callable | None, s
     heartbeat = [Heartbeat(run_dir)] if dist.is_main else []
     plots = [PlotRefresh(lambda: checkpointer.newest)] if dist.is_main else []  # after the checkpointer
     bar = [ProgressBar(logger, stopping)] if dist.is_main and use_bar(cfg.logging.progress) else []
-    callbacks = CallbackList([*recorded.callbacks, *bar, *heartbeat, checkpointer, *plots])
+    callbacks = PretrainingHooks([*recorded.callbacks, *bar, *heartbeat, checkpointer, *plots], agreement)
     step = Step(_network(model, settings, dist), run.optimizer, run.scaler, settings.precision, stream,
-                hooks=PretrainingHooks(callbacks, agreement), grad_clip=cfg.train.optim.grad_clip, dist=dist)
+                hooks=callbacks, grad_clip=cfg.train.optim.grad_clip, dist=dist)
 
     stop_reason, summary = "error", None
     start.done()

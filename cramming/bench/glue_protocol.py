@@ -46,7 +46,7 @@ def measure(name: str, encoder, cfg: GlueConfig, steps: int, device, precision) 
     """One task's slice: the median s/step and dev examples/s of the timed epochs (all but the first), and the
     first epoch's extra seconds over the median (compilation, warm-up). None when this machine lacks the task's
     files."""
-    task = task_named(name)
+    task = task_named(name)()
     try:
         data = task.load(cfg.data_dir, cfg.max_malformed_fraction)
     except DataMissing:

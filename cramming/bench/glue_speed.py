@@ -49,7 +49,7 @@ def padded_path():
 def make_checkpoint(directory: Path, glue_dir: Path, args) -> Path:
     texts = []
     for task in TASKS:
-        split = task_named(task).load(str(glue_dir), 0.001).train
+        split = task_named(task)().load(str(glue_dir), 0.001).train
         texts += split.text_a + [text for text in split.text_b or [] if text]
     tokenizer_cfg = TokenizerConfig(kind="wordpiece", vocab_size=args.vocab, min_frequency=1)
     tokenizer = as_transformers_tokenizer(train_tokenizer(texts, tokenizer_cfg, NormalizeConfig()))
@@ -98,7 +98,7 @@ def main() -> None:
         print(f"{args.layers} layers x {args.hidden}, vocab {args.vocab}, {where}; "
               f"{args.examples} training examples per task, batch {cfg.batch_size}, eval batch {cfg.eval_batch_size}")
         for name in TASKS:
-            task = task_named(name)
+            task = task_named(name)()
             data = task.load(str(args.glue_dir), cfg.max_malformed_fraction)
             train = subset(task.encode(data.train, encoder.tokenizer, cfg.max_length), args.examples)
             dev_name, dev_split = next(iter(data.evaluations.items()))

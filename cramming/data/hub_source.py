@@ -40,13 +40,12 @@ class HubSource(Source):
         self._resolved = False
 
     @classmethod
-    def rules_when_unused(cls, cfg: DataBaseConfig) -> list[tuple[bool, str]]:
-        return [(cfg.hub_revision is None,
-                 f"data.hub_revision={cfg.hub_revision} is read only with data.source=hub "
-                 f"(here data.source={cfg.source})")]
-
-    @classmethod
     def check(cls, cfg: DataBaseConfig) -> None:
+        if cfg.source != cls.name:
+            require([(cfg.hub_revision is None,
+                      f"data.hub_revision={cfg.hub_revision} is read only with data.source=hub "
+                      f"(here data.source={cfg.source})")])
+            return
         require([
             (bool(cfg.hub_path), "data.source=hub needs data.hub_path (a dataset name on the hub)"),
             (cfg.hub_revision is None or bool(cfg.hub_revision.strip()),

@@ -95,8 +95,9 @@ class LocalSource(Source):
 
     @classmethod
     def check(cls, cfg: DataBaseConfig) -> None:
-        require([(cfg.files not in (None, "???", "", []),
-                  "data=local needs data.files=<a file, a glob, or a list of them>")])
+        if cfg.source == cls.name:
+            require([(cfg.files not in (None, "???", "", []),
+                      "data=local needs data.files=<a file, a glob, or a list of them>")])
 
     @classmethod
     def build(cls, cfg: DataBaseConfig) -> "LocalSource":

@@ -25,7 +25,7 @@ from typing import Any, Optional
 from cramming.data.config import DataBaseConfig
 from cramming.data.local_source import LocalSource
 from cramming.data.source_base import SAMPLE_BY, Document, Source
-from cramming.errors import CrammingError
+from cramming.errors import CrammingError, require
 from cramming.plugin_keys import Setting
 
 
@@ -60,12 +60,12 @@ class Mixture(Source):
         self.weights = weights  # normalized to sum to 1
 
     @classmethod
-    def rules_when_unused(cls, cfg: DataBaseConfig) -> list[tuple[bool, str]]:
-        return [(not cfg.sources, f"data.sources is set but data.source={cfg.source}: mixtures need data=mixture")]
-
-    @classmethod
     def check(cls, cfg: DataBaseConfig) -> None:
         """The mixture's settings, one line naming the first bad one."""
+        if cfg.source != cls.name:
+            require([(not cfg.sources,
+                      f"data.sources is set but data.source={cfg.source}: mixtures need data=mixture")])
+            return
         if not cfg.sources:
             raise CrammingError("data=mixture needs data.sources='[{files: a.txt.gz, weight: 0.7}, {files: b.jsonl, "
                                 "weight: 0.3}]'")

@@ -32,14 +32,10 @@ class Source(ABC):
 
     @classmethod
     def check(cls, cfg: DataBaseConfig) -> None:
-        """This kind's settings when it is the source, before any text is read; CrammingError naming the first bad
-        one. The keys every source shares are checked by the schema."""
-
-    @classmethod
-    def rules_when_unused(cls, cfg: DataBaseConfig) -> list[tuple[bool, str]]:
-        """(holds, message) for this kind's keys when another kind is the source: a key that would silently do
-        nothing there is refused."""
-        return []
+        """This kind's rules on `data`, before any text is read, called for every kind whether it is the source
+        or not: its settings when it is (`cfg.source == cls.name`), and when another kind is, any of its keys
+        set, which would silently do nothing; CrammingError naming the first bad one. The keys every source
+        shares are checked by the schema."""
 
     @classmethod
     @abstractmethod

@@ -42,8 +42,8 @@ def _check_source_settings(cfg: DataConfig) -> None:
     require([(cfg.source in KINDS, f"data.source={cfg.source!r} is unknown; choose one of {', '.join(sorted(KINDS))}"),
              (cfg.sample_by in SAMPLE_BY,
               f"data.sample_by={cfg.sample_by!r} is unknown; choose one of {', '.join(SAMPLE_BY)}")])
-    require([rule for other in SOURCES if other.name != cfg.source for rule in other.rules_when_unused(cfg)])
-    KINDS[cfg.source].check(cfg)
+    for source in SOURCES:
+        source.check(cfg)
 
 
 def check_data_config(cfg: DataConfig) -> None:

@@ -208,7 +208,9 @@ def glue_dev_scores(folder: Path, task_name: str, glue_dir: str | None) -> dict:
                             f"{', '.join(TASK_NAMES)}")
     protocol = GlueConfig(tasks=[task_name], data_dir=glue_dir)
     try:
-        task = task_named(task_name).configured(protocol)
+        task_class = task_named(task_name)
+        task_class.check(protocol)
+        task = task_class.build(protocol)
     except CrammingError as error:  # settings of its own (eval.local.*) that the export command does not take
         raise CrammingError(f"quantize_eval_task={task_name}: {error}") from None
     model = task.saved_model(folder)

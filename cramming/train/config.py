@@ -48,7 +48,8 @@ class OptimConfig:
         """The keys the optimizer reads set and the others null, then each value in its domain."""
         require([(self.name in NAMES,
                   f"train.optim.name={self.name!r} is unknown; choose one of {', '.join(NAMES)}")])
-        NAMES[self.name].check(self)  # the optimizer's own rules
+        for optimizer in OPTIMIZERS:  # each optimizer's own rules
+            optimizer.check(self)
         require([
             (math.isfinite(self.lr) and self.lr > 0, f"train.optim.lr={self.lr} must be positive and finite"),
             (self.betas is None or (len(self.betas) == 2 and all(0 <= beta < 1 for beta in self.betas)),

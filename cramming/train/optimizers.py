@@ -58,8 +58,11 @@ class Optimizer:
 
     @classmethod
     def check(cls, optim) -> None:
-        """Its rules on `train.optim`, before anything is built: every key it reads is set, and every other
-        optimizer's key stays null (a value it would ignore). An optimizer with more rules extends this."""
+        """Its rules on `train.optim`, before anything is built, called for every optimizer whether it is the
+        chosen one or not: the chosen one requires every key it reads set, and every other optimizer's key null
+        (a value it would ignore); the others have nothing to add. An optimizer with more rules extends this."""
+        if optim.name != cls.name:
+            return
         every_key = dict.fromkeys(key for optimizer in OPTIMIZERS for key in optimizer.keys)  # in a stable order
         require([(key in cls.keys or getattr(optim, key) is None,
                   f"train.optim.{key} is not used by train.optim.name={cls.name} (it reads {', '.join(cls.keys)})")

@@ -56,7 +56,7 @@ def test_our_export_scores_what_our_checkpoint_scores(rte_checkpoint, tmp_path):
 def test_a_transformers_bert_folder_is_scored_with_its_segment_ids(bert_folder, tmp_path):
     encoder = open_encoder(f"hf:{bert_folder}", dropout=0.1)
     assert encoder.max_positions == 128
-    rte = task_named("rte")
+    rte = task_named("rte")()
     split = rte.encode(rte.load(str(GLUE_DIR), 0.001).train, encoder.tokenizer, 128)
     batch = collate(split, [0, 1], encoder.tokenizer.pad_token_id)
     assert batch["token_type_ids"].max() == 1  # the second sentence is segment 1

@@ -27,7 +27,7 @@ CPU = torch.device("cpu")
 def rte(rte_checkpoint):
     """The tiny encoder and RTE: 40 training examples (batches of 16, 16 and 8), 50 dev examples."""
     encoder = open_encoder(str(rte_checkpoint), 0.1)
-    task = task_named("rte")
+    task = task_named("rte")()
     data = task.load(str(GLUE_DIR), 0.001)
     train = subset(task.encode(data.train, encoder.tokenizer, 128), 40)
     dev = subset(task.encode(data.evaluations["rte"], encoder.tokenizer, 128), 50)

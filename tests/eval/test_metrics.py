@@ -10,7 +10,7 @@ from cramming.eval.tasks.registry import task_named
 
 
 def score(task: str, outputs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    return task_named(task).score(outputs, labels)
+    return task_named(task)().score(outputs, labels)
 
 
 def _logits(predicted: list[int], classes: int = 2) -> np.ndarray:

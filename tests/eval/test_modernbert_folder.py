@@ -63,7 +63,7 @@ def test_our_export_and_a_modernbert_folder_take_the_same_path(modernbert_folder
         classifier = encoder.classifier(num_labels=2, dropout=0.1, seed=0)
         assert type(classifier).__name__ == "ModernBertForSequenceClassification"
         pair = TextSplit(["a premise"], ["a hypothesis"], [0], "a pair")
-        batch = collate(task_named("rte").encode(pair, encoder.tokenizer, 128), [0], encoder.tokenizer.pad_token_id)
+        batch = collate(task_named("rte")().encode(pair, encoder.tokenizer, 128), [0], encoder.tokenizer.pad_token_id)
         assert "token_type_ids" not in batch and classifier(**batch).logits.shape == (1, 2)  # [SEP] alone splits it
         dropouts = {key: getattr(classifier.config, key) for key in DROPOUT_KEYS if hasattr(classifier.config, key)}
         assert dropouts == dict.fromkeys(("classifier_dropout", "embedding_dropout", "attention_dropout",

@@ -79,7 +79,7 @@ def test_only_lora_and_the_head_change_and_merging_keeps_the_outputs(rte_checkpo
     assert all("lora_" in name or ".head." in name for name in trainable)
     assert sum(before[name].numel() for name in trainable) == _expected_counts(encoder, rank=8)["trainable"]
 
-    rte = task_named("rte")
+    rte = task_named("rte")()
     data = rte.load(str(GLUE_DIR), 0.001)
     train = subset(rte.encode(data.train, encoder.tokenizer, 128), 32)
     cfg = GlueConfig(lr=1e-3, epochs=1, warmup_fraction=0.0)

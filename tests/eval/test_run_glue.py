@@ -204,6 +204,6 @@ def test_server_label_strings():
     from cramming.eval.tasks.registry import task_named
 
     outputs = torch.tensor([[0.1, 0.9, 0.0], [2.0, 0.0, 1.0]])
-    assert task_named("mnli").label_strings(outputs) == ["neutral", "entailment"]
-    assert task_named("rte").label_strings(outputs[:, :2]) == ["not_entailment", "entailment"]
-    assert task_named("stsb").label_strings(torch.tensor([[-0.5], [2.25], [7.0]])) == ["0.000", "2.250", "5.000"]
+    assert task_named("mnli")().label_strings(outputs) == ["neutral", "entailment"]
+    assert task_named("rte")().label_strings(outputs[:, :2]) == ["not_entailment", "entailment"]
+    assert task_named("stsb")().label_strings(torch.tensor([[-0.5], [2.25], [7.0]])) == ["0.000", "2.250", "5.000"]

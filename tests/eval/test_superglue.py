@@ -40,9 +40,9 @@ def data_dir(tmp_path_factory) -> Path:
 
 def scored(task: str, folder: Path, outputs: list, tokenizer) -> dict:
     """The task's scores of hand-made outputs on the validation split it reads from `folder`."""
-    data = task_named(task).load(str(folder), 0.0)
-    split = task_named(task).encode(next(iter(data.evaluations.values())), tokenizer, 128)
-    return task_named(task).score(np.array(outputs, dtype=np.float64), split.labels.numpy(), split.scoring)
+    data = task_named(task)().load(str(folder), 0.0)
+    split = task_named(task)().encode(next(iter(data.evaluations.values())), tokenizer, 128)
+    return task_named(task)().score(np.array(outputs, dtype=np.float64), split.labels.numpy(), split.scoring)
 
 
 def test_each_official_metric_on_predictions_checked_by_hand(checkpoint, tmp_path):
@@ -112,7 +112,7 @@ def test_wsc_is_read_in_its_fixed_form(tmp_path):
            "target": {"span1_index": 0, "span1_text": "mark.", "span2_index": 5, "span2_text": "himself"}}
     for split in ("train", "val"):
         write_jsonl(tmp_path / "WSC" / f"{split}.jsonl", [row])
-    data = task_named("wsc").load(str(tmp_path), 0.0)
+    data = task_named("wsc")().load(str(tmp_path), 0.0)
     assert data.train.rows[0].texts == ("Mark told Pete many lies about himself.", "0", "5", "Mark", "himself")
 
 
@@ -163,13 +163,13 @@ def test_the_hub_reader_gives_what_the_files_give(data_dir, monkeypatch):
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
     for name in ["boolq", "cb", "copa", "multirc", "record", "wic", "wsc", "axb", "axg"]:
-        from_hub, from_files = task_named(name).load(None, 0.0), task_named(name).load(str(data_dir), 0.0)
+        from_hub, from_files = task_named(name)().load(None, 0.0), task_named(name)().load(str(data_dir), 0.0)
         for hub, files in [(from_hub.train, from_files.train),
                            *zip(from_hub.evaluations.values(), from_files.evaluations.values())]:
             assert [(r.texts, r.label, r.idx) for r in hub.rows] == [(r.texts, r.label, r.idx) for r in files.rows]
     assert ("aps/super_glue", "wsc.fixed", "validation") in asked and ("aps/super_glue", "axb", "test") in asked
     assert ("aps/super_glue", "rte", "train") in asked  # AX-b's and AX-g's RTE model trains on RTE
-    hub, files = task_named("race").load(None, 0.0), task_named("race").load(str(data_dir), 0.0)
+    hub, files = task_named("race")().load(None, 0.0), task_named("race")().load(str(data_dir), 0.0)
     for a, b in [(hub.train, files.train), (hub.evaluations["race"], files.evaluations["race"])]:
         assert (a.questions, a.options, a.labels, a.levels) == (b.questions, b.options, b.labels, b.levels)
     assert ("ehovy/race", "middle", "train") in asked and ("ehovy/race", "high", "validation") in asked
@@ -177,7 +177,7 @@ def test_the_hub_reader_gives_what_the_files_give(data_dir, monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: datasets.Dataset.from_dict(
         {"question": ["q"], "passage": ["p"], "idx": [0], "label": [2]}))
     with pytest.raises(CrammingError, match=r"aps/super_glue/boolq:train, row 0: label 2 is out of range \(0-1\)"):
-        task_named("boolq").load(None, 0.0)
+        task_named("boolq")().load(None, 0.0)
 
 
 @pytest.mark.parametrize(("folder", "file", "line", "edit", "message"), [

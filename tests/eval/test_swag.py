@@ -116,13 +116,13 @@ def test_header_without_the_columns_and_missing_files(tmp_path):
         read_csv_split(path, 0.001)
     with pytest.raises(DataMissing, match="val.csv not found"):
         write_csv(path, swag_rows(2))
-        task_named("swag").load(str(tmp_path), 0.001)
+        task_named("swag")().load(str(tmp_path), 0.001)
 
 
 def test_each_example_is_four_pairs_scored_from_cls(swag_dir, swag_checkpoint):
     encoder = open_encoder(str(swag_checkpoint), dropout=0.1)
-    data = task_named("swag").load(str(swag_dir), 0.001)
-    split = task_named("swag").encode(data.evaluations["swag"], encoder.tokenizer, max_length=16)
+    data = task_named("swag")().load(str(swag_dir), 0.001)
+    split = task_named("swag")().encode(data.evaluations["swag"], encoder.tokenizer, max_length=16)
     assert len(split) == 24 and split.choices == 4
     tokenizer, first = encoder.tokenizer, data.evaluations["swag"]
     ending = f"{first.starts[0]} {first.endings[0][2]}"
@@ -130,7 +130,7 @@ def test_each_example_is_four_pairs_scored_from_cls(swag_dir, swag_checkpoint):
     assert split.input_ids[0][2] == pair["input_ids"]  # [CLS] sent1 [SEP] sent2 ending [SEP], as a GLUE pair
     batch = collate(split, evaluation_batches(split, 5)[0], tokenizer.pad_token_id)
     assert batch["input_ids"].shape[:2] == (5, 4) and batch["labels"].shape == (5,)
-    model = task_named("swag").model(encoder, 0.1, seed=0).eval()
+    model = task_named("swag")().model(encoder, 0.1, seed=0).eval()
     output = model(**batch)
     assert output.logits.shape == (5, 4) and output.loss.ndim == 0
     alone = model.scorer(input_ids=batch["input_ids"][1], attention_mask=batch["attention_mask"][1]).logits
@@ -229,16 +229,16 @@ def bert_like_folder(folder: Path, config_class, model_class) -> Path:
 def test_a_transformers_bert_reads_four_pairs_with_segment_ids_and_keeps_its_multiple_choice_model(
         swag_dir, tmp_path):
     encoder = open_encoder(f"hf:{bert_like_folder(tmp_path / 'bert', BertConfig, BertForMaskedLM)}", dropout=0.1)
-    train = task_named("swag").load(str(swag_dir), 0.001).train
-    split = task_named("swag").encode(train, encoder.tokenizer, max_length=128)
+    train = task_named("swag")().load(str(swag_dir), 0.001).train
+    split = task_named("swag")().encode(train, encoder.tokenizer, max_length=128)
     batch = collate(split, [0, 1, 2], encoder.tokenizer.pad_token_id)
     assert batch["token_type_ids"].shape == batch["input_ids"].shape == (3, 4, batch["input_ids"].shape[-1])
     assert batch["token_type_ids"].max() == 1  # sent2 + ending is segment 1
-    model = task_named("swag").model(encoder, 0.1, seed=0)
+    model = task_named("swag")().model(encoder, 0.1, seed=0)
     output = model(**batch)
     assert output.logits.shape == (3, 4) and torch.isfinite(output.loss)
 
-    task_named("swag").save(model, encoder, tmp_path / "kept")
+    task_named("swag")().save(model, encoder, tmp_path / "kept")
     kept = AutoModelForMultipleChoice.from_pretrained(tmp_path / "kept").eval()
     assert type(kept).__name__ == "BertForMultipleChoice"
     with torch.no_grad():
@@ -249,8 +249,8 @@ def test_an_architecture_whose_multiple_choice_head_differs_keeps_the_scorer_and
     """RoBERTa's multiple-choice model reads its pooler, its sequence classifier a head of its own: SWAG's
     scorer cannot become the one, so it is kept as the other, with a warning."""
     encoder = open_encoder(f"hf:{bert_like_folder(tmp_path / 'roberta', RobertaConfig, RobertaForMaskedLM)}", 0.1)
-    model = task_named("swag").model(encoder, 0.1, seed=0)
-    task_named("swag").save(model, encoder, tmp_path / "kept")
+    model = task_named("swag")().model(encoder, 0.1, seed=0)
+    task_named("swag")().save(model, encoder, tmp_path / "kept")
     assert json.loads((tmp_path / "kept" / "config.json").read_text())["architectures"] == [
         "RobertaForSequenceClassification"]
     assert "the multiple-choice model of its architecture does not hold the scorer SWAG trained" in caplog.text

@@ -76,7 +76,7 @@ def test_the_compiled_fine_tuning_step_makes_no_host_sync_on_the_gpu(tmp_path, m
         guarded.append(state.step_loss.shape)
 
     monkeypatch.setattr(Step, "run", run_in_error_mode)
-    device, task = torch.device("cuda"), task_named("rte")
+    device, task = torch.device("cuda"), task_named("rte")()
     cfg = GlueConfig(epochs=1)  # eval.compile null: compiled on the GPU
     history = finetune(task.model(encoder, cfg.dropout, 0), train, {}, cfg, device,
                        Precision.resolve("auto", device, "eval.precision"), 0, encoder.tokenizer.pad_token_id, "rte",

@@ -64,11 +64,16 @@ class Task(ABC):
     # Its own keys, at their paths under `eval` (eval.local): the registry adds them to the section's schema
     settings: tuple[Setting, ...] = ()
 
-    def configured(self, cfg: "GlueBaseConfig") -> "Task":
-        """The task as `cfg` sets it up, for every task of the registry, requested or not: a task with settings
-        of its own checks them here (a bad value, or one set for a task eval.tasks does not name, is an error
-        before anything loads). Most tasks have none."""
-        return self
+    @classmethod
+    def check(cls, cfg: "GlueBaseConfig") -> None:
+        """Its rules on the `eval` config, called for every task of the registry, requested or not: a task with
+        settings of its own refuses a bad value, or one set while eval.tasks does not name it, before anything
+        loads (CrammingError). Most tasks have none."""
+
+    @classmethod
+    def build(cls, cfg: "GlueBaseConfig") -> "Task":
+        """The task as the checked `cfg` sets it up (a task with settings of its own reads them here)."""
+        return cls()
 
     @abstractmethod
     def load(self, data_dir: Optional[str], max_malformed_fraction: float) -> TaskData:

@@ -15,7 +15,7 @@ from cramming.errors import CrammingError
 from cramming.eval.submission import TestSplit, write_test_predictions
 from cramming.eval.tasks.base import DataMissing, EvalSplit, Task, TaskData, load_hub, load_splits
 from cramming.eval.tasks.classification import TextClassification, TextSplit
-from cramming.eval.tasks.superglue import SUPERGLUE_RTE
+from cramming.eval.tasks.superglue import SuperGlueRte
 from cramming.eval.tasks.tables import read_unlabelled
 
 HUB_PATH = "nyu-mll/glue"
@@ -31,24 +31,20 @@ class GlueSplit(EvalSplit):
     test_hub_split: str = "test"
 
 
-@dataclass(frozen=True)
 class GlueTask(TextClassification):
-    name: str  # as in `eval.tasks` and the hub config name
+    """One of GLUE's nine: a subclass names, besides a text classification's attributes, its `folder` of the classic
+    layout and its `hub_text_columns`; its `name` is also the hub config's."""
+
     folder: str  # directory of the classic GLUE layout
-    eval_splits: tuple[GlueSplit, ...]
-    metric: str
+    eval_splits: tuple["GlueSplit", ...]
     hub_text_columns: tuple[str, Optional[str]]  # (first segment, second segment or None)
-    text_columns: tuple[str, Optional[str]]  # of the TSV files
-    label_column: str
     # TSV label strings in the order of the hub's label ids; None for the STS-B regression score.
     labels: Optional[tuple[str, ...]]
-    # Column names of a TSV without a header row (CoLA); None when the file starts with its header.
-    implied_header: Optional[tuple[str, ...]] = None
     score_range = (0.0, 5.0)  # STS-B: the mean of annotators' 0-5 similarity ratings
     in_glue = True
     # the same task's file for another leaderboard, written when a run has that benchmark's tasks too (RTE's
     # RTE.jsonl for SuperGLUE: tasks/superglue.py)
-    also_submits: Optional[Task] = None
+    also_submits: Optional[type[Task]] = None
 
     def load(self, data_dir: Optional[str], max_malformed_fraction: float) -> TaskData:
         return load_splits(self, self.folder, data_dir, "train.tsv",
@@ -97,7 +93,7 @@ class GlueTask(TextClassification):
     def write_submission(self, model, tokenizer, cfg, device, precision, folder: Path) -> dict:
         written = write_test_predictions(self, model, tokenizer, cfg, device, precision, folder)
         if self.also_submits is not None and self.also_submits.wanted_by(cfg):
-            written |= self.also_submits.write_submission(model, tokenizer, cfg, device, precision, folder)
+            written |= self.also_submits().write_submission(model, tokenizer, cfg, device, precision, folder)
         return written
 
 
@@ -107,26 +103,69 @@ def _dev(name: str, submission: str) -> tuple[GlueSplit, ...]:
 
 PAIR = ("sentence1", "sentence2")
 ENTAILMENT = ("entailment", "not_entailment")
-GLUE_TASKS: tuple[GlueTask, ...] = (
-    GlueTask("cola", "CoLA", _dev("cola", "CoLA"), "matthews", ("sentence", None), ("sentence", None), "label",
-             ("0", "1"), implied_header=("source", "label", "original_label", "sentence")),
-    GlueTask("sst2", "SST-2", _dev("sst2", "SST-2"), "accuracy", ("sentence", None), ("sentence", None), "label",
-             ("0", "1")),
-    GlueTask("mrpc", "MRPC", _dev("mrpc", "MRPC"), "f1", PAIR, ("#1 String", "#2 String"), "Quality", ("0", "1")),
-    GlueTask("stsb", "STS-B", _dev("stsb", "STS-B"), "pearson", PAIR, PAIR, "score", None),
-    GlueTask("qqp", "QQP", _dev("qqp", "QQP"), "f1", ("question1", "question2"), ("question1", "question2"),
-             "is_duplicate", ("0", "1")),
-    GlueTask("mnli", "MNLI",
-             (GlueSplit("mnli-m", "dev_matched.tsv", "validation_matched", "MNLI-m", "test_matched.tsv",
-                        "test_matched"),
-              GlueSplit("mnli-mm", "dev_mismatched.tsv", "validation_mismatched", "MNLI-mm", "test_mismatched.tsv",
-                        "test_mismatched")),
-             "accuracy", ("premise", "hypothesis"), PAIR, "gold_label", ("entailment", "neutral", "contradiction")),
-    GlueTask("qnli", "QNLI", _dev("qnli", "QNLI"), "accuracy", ("question", "sentence"), ("question", "sentence"),
-             "label", ENTAILMENT),
-    GlueTask("rte", "RTE", _dev("rte", "RTE"), "accuracy", PAIR, PAIR, "label", ENTAILMENT, also_submits=SUPERGLUE_RTE),
-    GlueTask("wnli", "WNLI", _dev("wnli", "WNLI"), "accuracy", PAIR, PAIR, "label", ("0", "1")),
-)
+
+
+class Cola(GlueTask):
+    name, folder, metric, eval_splits = "cola", "CoLA", "matthews", _dev("cola", "CoLA")
+    hub_text_columns = text_columns = ("sentence", None)
+    label_column, labels = "label", ("0", "1")
+    implied_header = ("source", "label", "original_label", "sentence")
+
+
+class Sst2(GlueTask):
+    name, folder, metric, eval_splits = "sst2", "SST-2", "accuracy", _dev("sst2", "SST-2")
+    hub_text_columns = text_columns = ("sentence", None)
+    label_column, labels = "label", ("0", "1")
+
+
+class Mrpc(GlueTask):
+    name, folder, metric, eval_splits = "mrpc", "MRPC", "f1", _dev("mrpc", "MRPC")
+    hub_text_columns, text_columns = PAIR, ("#1 String", "#2 String")
+    label_column, labels = "Quality", ("0", "1")
+
+
+class Stsb(GlueTask):
+    name, folder, metric, eval_splits = "stsb", "STS-B", "pearson", _dev("stsb", "STS-B")
+    hub_text_columns = text_columns = PAIR
+    label_column, labels = "score", None
+
+
+class Qqp(GlueTask):
+    name, folder, metric, eval_splits = "qqp", "QQP", "f1", _dev("qqp", "QQP")
+    hub_text_columns = text_columns = ("question1", "question2")
+    label_column, labels = "is_duplicate", ("0", "1")
+
+
+class Mnli(GlueTask):
+    name, folder, metric = "mnli", "MNLI", "accuracy"
+    eval_splits = (GlueSplit("mnli-m", "dev_matched.tsv", "validation_matched", "MNLI-m", "test_matched.tsv",
+                             "test_matched"),
+                   GlueSplit("mnli-mm", "dev_mismatched.tsv", "validation_mismatched", "MNLI-mm",
+                             "test_mismatched.tsv", "test_mismatched"))
+    hub_text_columns, text_columns = ("premise", "hypothesis"), PAIR
+    label_column, labels = "gold_label", ("entailment", "neutral", "contradiction")
+
+
+class Qnli(GlueTask):
+    name, folder, metric, eval_splits = "qnli", "QNLI", "accuracy", _dev("qnli", "QNLI")
+    hub_text_columns = text_columns = ("question", "sentence")
+    label_column, labels = "label", ENTAILMENT
+
+
+class Rte(GlueTask):
+    name, folder, metric, eval_splits = "rte", "RTE", "accuracy", _dev("rte", "RTE")
+    hub_text_columns = text_columns = PAIR
+    label_column, labels = "label", ENTAILMENT
+    also_submits = SuperGlueRte
+
+
+class Wnli(GlueTask):
+    name, folder, metric, eval_splits = "wnli", "WNLI", "accuracy", _dev("wnli", "WNLI")
+    hub_text_columns = text_columns = PAIR
+    label_column, labels = "label", ("0", "1")
+
+
+GLUE_TASKS: tuple[type[GlueTask], ...] = (Cola, Sst2, Mrpc, Stsb, Qqp, Mnli, Qnli, Rte, Wnli)
 
 # The nine numbers whose mean is the GLUE score: (evaluation split, metric), in table order (WNLI is not one).
 _BY_NAME = {task.name: task for task in GLUE_TASKS}

@@ -38,28 +38,29 @@ class LocalTask(TextClassification):
     eval_splits = (EvalSplit("local", "dev", "validation"),)
     settings = (Setting("eval.local", LocalTaskConfig),)
 
-    def __init__(self, local: Optional[LocalTaskConfig] = None):
-        """`local`: eval.local, checked (configured() does that); None: the registry's entry, which configured()
-        sets up."""
-        if local is not None:
-            self.folder = Path(local.folder)
-            self.text_columns = (local.text_columns[0], (local.text_columns[1:] or [None])[0])
-            self.label_column = local.label_column
-            self.labels = None if local.labels is None else tuple(local.labels)
-            self.metric = local.metric or "accuracy"
+    def __init__(self, local: LocalTaskConfig):
+        """`local`: eval.local, checked (by check())."""
+        self.folder = Path(local.folder)
+        self.text_columns = (local.text_columns[0], (local.text_columns[1:] or [None])[0])
+        self.label_column = local.label_column
+        self.labels = None if local.labels is None else tuple(local.labels)
+        self.metric = local.metric or "accuracy"
 
-    def configured(self, cfg) -> "LocalTask":
+    @classmethod
+    def check(cls, cfg) -> None:
         local = cfg.local
-        if self.name not in cfg.tasks:
-            default = LocalTaskConfig()
-            for key in (item.name for item in dataclasses.fields(local)):
-                if getattr(local, key) != getattr(default, key):
-                    raise CrammingError(f"eval.local.{key}={getattr(local, key)} is set but eval.tasks has no "
-                                        f"{self.name}, so nothing would read it: add {self.name} to eval.tasks or "
-                                        "drop it")
-            return self
-        _check(local)
-        return LocalTask(local)
+        if cls.name in cfg.tasks:
+            _check(local)
+            return
+        default = LocalTaskConfig()
+        for key in (item.name for item in dataclasses.fields(local)):
+            if getattr(local, key) != getattr(default, key):
+                raise CrammingError(f"eval.local.{key}={getattr(local, key)} is set but eval.tasks has no "
+                                    f"{cls.name}, so nothing would read it: add {cls.name} to eval.tasks or drop it")
+
+    @classmethod
+    def build(cls, cfg) -> "LocalTask":
+        return cls(cfg.local)
 
     def load(self, data_dir: Optional[str], max_malformed_fraction: float) -> TaskData:
         """The train and dev files of eval.local.folder (eval.data_dir is the other tasks' place)."""

@@ -1,9 +1,6 @@
-"""The tasks `eval.tasks` can name, one entry each in TASKS; the `eval` section's schema, GlueConfig, which adds
+"""The tasks `eval.tasks` can name, one class each in TASKS; the `eval` section's schema, GlueConfig, which adds
 each task's own settings (its `settings`, as `eval.local`) to the keys every task shares; and the check of an
-eval config against them. A new task is its own file plus its entry here.
-
-TASKS holds Task objects, not classes: GLUE's nine tasks are rows of one class (glue.py), as SuperGLUE's text-pair
-tasks are (superglue.py); a task with settings of its own is set up from the config by its `configured`.
+eval config against them (every task's `check`). A new task is its own file plus its entry here.
 """
 
 import difflib
@@ -27,15 +24,15 @@ from cramming.eval.tasks.superglue import PAIR_TASKS
 from cramming.eval.tasks.swag import Swag
 from cramming.plugin_keys import with_settings
 
-TASKS: tuple[Task, ...] = (
+TASKS: tuple[type[Task], ...] = (
     *GLUE_TASKS,  # cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli
     *PAIR_TASKS,  # SuperGLUE's boolq, cb, wic, wsc, axb, axg (its rte is GLUE's)
-    Copa(),
-    MultiRC(),
-    Record(),
-    Race(),
-    Swag(),
-    LocalTask(),
+    Copa,
+    MultiRC,
+    Record,
+    Race,
+    Swag,
+    LocalTask,
 )
 TASK_NAMES = tuple(task.name for task in TASKS)
 
@@ -60,8 +57,8 @@ def as_glue_config(cfg: Any) -> GlueConfig:
         raise CrammingError(f"eval config: {str(error).splitlines()[0]}") from None
 
 
-def task_named(name: str) -> Task:
-    """The registry's task of that name; an unknown one is an error listing the known ones."""
+def task_named(name: str) -> type[Task]:
+    """The registry's task class of that name; an unknown one is an error listing the known ones."""
     if name not in TASK_NAMES:
         near = difflib.get_close_matches(name, TASK_NAMES, n=1)
         raise CrammingError(f"unknown GLUE task '{name}'; known tasks: {', '.join(TASK_NAMES)}"
@@ -70,15 +67,16 @@ def task_named(name: str) -> Task:
 
 
 def requested_tasks(cfg: GlueConfig) -> list[Task]:
-    """The tasks of cfg.tasks, in its order, each set up by cfg (a task's settings are checked, and rejected when
-    set for a task cfg.tasks does not name)."""
+    """The tasks of cfg.tasks, in its order, each built from cfg after every task's rules held (a task's settings
+    are checked, and refused when set for a task cfg.tasks does not name)."""
     if not cfg.tasks:
         raise CrammingError("eval.tasks is empty")
     if len(set(cfg.tasks)) != len(cfg.tasks):
         raise CrammingError(f"eval.tasks lists a task twice: {cfg.tasks}")
     tasks = [task_named(name) for name in cfg.tasks]
-    configured = {task.name: task.configured(cfg) for task in TASKS}
-    return [configured[task.name] for task in tasks]
+    for task in TASKS:
+        task.check(cfg)
+    return [task.build(cfg) for task in tasks]
 
 
 def check_glue_config(cfg: GlueConfig) -> None:

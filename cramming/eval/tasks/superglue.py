@@ -1,7 +1,7 @@
 """SuperGLUE under GLUE's fixed protocol: what its tasks share (the official JSON-lines files or the hub's
 `aps/super_glue`, the examples, the leaderboard's submission files, the SuperGLUE score) and its text-pair
 classification tasks, BoolQ, CB, WiC, WSC and the diagnostics AX-b and AX-g, which differ only in their fields
-and labels (so they are rows of one table here, as GLUE's nine are in glue.py). COPA, MultiRC and ReCoRD
+and labels (so each is a few class attributes here, as GLUE's nine are in glue.py). COPA, MultiRC and ReCoRD
 score candidates and have files of their own (copa.py, multirc.py, record.py). SuperGLUE's RTE is GLUE's
 `rte` (the same data).
 
@@ -10,7 +10,7 @@ last joined by the tokenizer's separator as the first segment, the last as the s
 passage [SEP]` (BoolQ), `[CLS] word [SEP] sentence1 [SEP] sentence2 [SEP]` (WiC), `[CLS] text [SEP] span1_index
 [SEP] span2_index [SEP] span1_text [SEP] span2_text [SEP]` (WSC, the `wsc.fixed` form). AX-b and AX-g have no
 training data: as in SuperGLUE and the original, each is scored by a model fine-tuned on RTE's training split.
-One concept, SuperGLUE's shared ground and the tasks that are rows of one table.
+One concept, SuperGLUE's shared ground and the tasks that differ from it only in their attributes.
 """
 
 import json
@@ -141,7 +141,8 @@ class SuperGlueTask(Task):
             raise DataMissing(f"{path} not found")
         return self.read_file(path, 0.0, training=False, labelled=False)
 
-    def wanted_by(self, cfg) -> bool:
+    @staticmethod
+    def wanted_by(cfg) -> bool:
         """Whether a run of `cfg` has SuperGLUE tasks of its own (not only GLUE's RTE)."""
         return any(name in SUPERGLUE_TASK_NAMES and name != "rte" for name in cfg.tasks)
 
@@ -162,23 +163,14 @@ class SuperGlueTask(Task):
         return {self.name: str(path)}
 
 
-@dataclass(frozen=True)
 class PairTask(SuperGlueTask, TextClassification):
     """A SuperGLUE task that is a text pair (or a few fields) to one of `labels`."""
 
-    name: str
-    folder: str
-    hub_config: str
-    submission: str
     fields: tuple[str, ...]  # of a file's object and of the hub's columns, in the original's order
     labels: tuple  # the files' label values, in the order of the hub's label ids
     submission_labels: tuple  # what the leaderboard takes for each label id
-    metric: str
-    train_folder: Optional[str] = None
-    train_hub_config: Optional[str] = None
     train_fields: Optional[tuple[str, ...]] = None  # the training data's, where it is another task's (RTE)
     own_file: Optional[str] = None  # the diagnostics' one file (validation and test alike)
-    in_superglue_score: bool = True
 
     @property
     def eval_splits(self) -> tuple[EvalSplit, ...]:
@@ -271,24 +263,59 @@ def fix_wsc_spans(example: dict) -> dict:
 
 ENTAILMENT = ("entailment", "not_entailment")
 RTE_FIELDS = ("premise", "hypothesis")
-PAIR_TASKS: tuple[PairTask, ...] = (
-    PairTask("boolq", "BoolQ", "boolq", "BoolQ", ("question", "passage"), (False, True), ("false", "true"),
-             "accuracy"),
-    PairTask("cb", "CB", "cb", "CB", RTE_FIELDS, ("entailment", "contradiction", "neutral"),
-             ("entailment", "contradiction", "neutral"), "macro_f1"),
-    PairTask("wic", "WiC", "wic", "WiC", ("word", "sentence1", "sentence2"), (False, True), ("false", "true"),
-             "accuracy"),
-    PairTask("wsc", "WSC", "wsc.fixed", "WSC", ("text", "span1_index", "span2_index", "span1_text", "span2_text"),
-             (False, True), ("False", "True"), "accuracy"),
-    PairTask("axb", "AX-b", "axb", "AX-b", ("sentence1", "sentence2"), ENTAILMENT, ENTAILMENT, "matthews",
-             "RTE", "rte", RTE_FIELDS, "AX-b/AX-b.jsonl", in_superglue_score=False),
-    PairTask("axg", "AX-g", "axg", "AX-g", RTE_FIELDS, ENTAILMENT, ENTAILMENT, "gender_parity",
-             "RTE", "rte", RTE_FIELDS, "AX-g/AX-g.jsonl", in_superglue_score=False),
-)
+TRUE_OR_FALSE = (False, True)
 
-# SuperGLUE's RTE is GLUE's `rte` task; this is only its leaderboard file, RTE.jsonl, which GLUE's rte writes
-# from SuperGLUE's RTE/test.jsonl (or the hub's) in a run that has SuperGLUE tasks too.
-SUPERGLUE_RTE = PairTask("superglue-rte", "RTE", "rte", "RTE", RTE_FIELDS, ENTAILMENT, ENTAILMENT, "accuracy")
+
+class BoolQ(PairTask):
+    name, folder, hub_config, submission, metric = "boolq", "BoolQ", "boolq", "BoolQ", "accuracy"
+    fields, labels, submission_labels = ("question", "passage"), TRUE_OR_FALSE, ("false", "true")
+
+
+class Cb(PairTask):
+    name, folder, hub_config, submission, metric = "cb", "CB", "cb", "CB", "macro_f1"
+    fields = RTE_FIELDS
+    labels = submission_labels = ("entailment", "contradiction", "neutral")
+
+
+class Wic(PairTask):
+    name, folder, hub_config, submission, metric = "wic", "WiC", "wic", "WiC", "accuracy"
+    fields, labels, submission_labels = ("word", "sentence1", "sentence2"), TRUE_OR_FALSE, ("false", "true")
+
+
+class Wsc(PairTask):
+    name, folder, hub_config, submission, metric = "wsc", "WSC", "wsc.fixed", "WSC", "accuracy"
+    fields = ("text", "span1_index", "span2_index", "span1_text", "span2_text")
+    labels, submission_labels = TRUE_OR_FALSE, ("False", "True")
+
+
+class Diagnostic(PairTask):
+    """AX-b and AX-g: one file, scored by a model fine-tuned on RTE's training split; outside the score."""
+
+    labels = submission_labels = ENTAILMENT
+    train_folder, train_hub_config, train_fields = "RTE", "rte", RTE_FIELDS
+    in_superglue_score = False
+
+
+class AxB(Diagnostic):
+    name, folder, hub_config, submission, metric = "axb", "AX-b", "axb", "AX-b", "matthews"
+    fields, own_file = ("sentence1", "sentence2"), "AX-b/AX-b.jsonl"
+
+
+class AxG(Diagnostic):
+    name, folder, hub_config, submission, metric = "axg", "AX-g", "axg", "AX-g", "gender_parity"
+    fields, own_file = RTE_FIELDS, "AX-g/AX-g.jsonl"
+
+
+PAIR_TASKS: tuple[type[PairTask], ...] = (BoolQ, Cb, Wic, Wsc, AxB, AxG)
+
+
+class SuperGlueRte(PairTask):
+    """SuperGLUE's RTE is GLUE's `rte` task; this is only its leaderboard file, RTE.jsonl, which GLUE's rte writes
+    from SuperGLUE's RTE/test.jsonl (or the hub's) in a run that has SuperGLUE tasks too."""
+
+    name, folder, hub_config, submission, metric = "superglue-rte", "RTE", "rte", "RTE", "accuracy"
+    fields, labels, submission_labels = RTE_FIELDS, ENTAILMENT, ENTAILMENT
+
 
 # The SuperGLUE score: the mean over its eight tasks of each task's score, the mean of its official metrics
 # (CB: macro-F1 and accuracy; MultiRC: F1a and exact match; ReCoRD: token F1 and exact match). RTE is GLUE's

@@ -63,9 +63,10 @@ class Technique(Callback):
         value = functools.reduce(getattr, cls.switch.split("."), cfg)
         return bool(value) if cls.switch_value is None else value == cls.switch_value
 
-    @staticmethod
-    def check(cfg) -> None:
-        """Raise CrammingError naming the first value out of its domain (called whether enabled or not)."""
+    @classmethod
+    def check(cls, cfg) -> None:
+        """Its rules on the config, called for every technique whether enabled or not: CrammingError naming the first
+        of its values out of its domain."""
 
     @staticmethod
     def check_inputs(cfg) -> None:

@@ -62,8 +62,8 @@ class Distillation(Technique):
         self.teacher_path, self.alpha, self.temperature = teacher, alpha, temperature
         self.teacher: CrammedForMaskedLM | None = None
 
-    @staticmethod
-    def check(cfg) -> None:
+    @classmethod
+    def check(cls, cfg) -> None:
         distill = cfg.train.distill
         require([
             (distill.teacher != "latest", "train.distill.teacher=latest would pick this run's own checkpoints: "

@@ -47,8 +47,8 @@ class Ema(Technique):
         self.average: list[torch.Tensor] = []  # fp32, one per parameter, in model.parameters() order
         self.updates = 0
 
-    @staticmethod
-    def check(cfg) -> None:
+    @classmethod
+    def check(cls, cfg) -> None:
         decay = cfg.train.ema.decay
         require([(0 <= decay < 1, f"train.ema.decay={decay} must be in [0, 1) (0: off)")])
 

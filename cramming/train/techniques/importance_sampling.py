@@ -45,8 +45,8 @@ class ImportanceSampling(Technique):
         self.losses: np.ndarray | None = None  # (N,) last-seen loss per row position; NaN: not seen yet
         self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (positions, losses) not yet in `losses`
 
-    @staticmethod
-    def check(cfg) -> None:
+    @classmethod
+    def check(cls, cfg) -> None:
         require([(cfg.train.sampling in SAMPLINGS,
                   f"train.sampling={cfg.train.sampling!r} must be one of {', '.join(SAMPLINGS)}")])
 

@@ -43,8 +43,8 @@ class LayerDrop(Technique):
     def __init__(self, max_rate: float, rise_fraction: float, seed: int):
         self.max_rate, self.rise_fraction, self.seed = max_rate, rise_fraction, seed
 
-    @staticmethod
-    def check(cfg) -> None:
+    @classmethod
+    def check(cls, cfg) -> None:
         drop = cfg.train.layer_drop
         require([(0 <= drop.max_rate < 1, f"train.layer_drop.max_rate={drop.max_rate} must be in [0, 1) (0: off)"),
                  (drop.rise_fraction > 0, f"train.layer_drop.rise_fraction={drop.rise_fraction} must be positive")])

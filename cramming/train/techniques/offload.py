@@ -67,8 +67,8 @@ class OffloadOptimizer(Technique):
     def __init__(self, on_gpu: bool):
         self.on_gpu = on_gpu
 
-    @staticmethod
-    def check(cfg) -> None:
+    @classmethod
+    def check(cls, cfg) -> None:
         name = cfg.train.optim.name
         offloadable = [optimizer.name for optimizer in OPTIMIZERS if optimizer.offloadable]
         require([(not cfg.impl.offload_optimizer or name in offloadable,

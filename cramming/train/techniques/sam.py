@@ -30,8 +30,8 @@ class SharpnessAware(Technique):
     def __init__(self, rho: float):
         self.rho = rho
 
-    @staticmethod
-    def check(cfg) -> None:
+    @classmethod
+    def check(cls, cfg) -> None:
         rho = cfg.train.optim.sam_rho
         require([(math.isfinite(rho) and rho >= 0, f"train.optim.sam_rho={rho} must not be negative (0: off)")])
 

@@ -34,8 +34,8 @@ class SophiaHessian(Technique):
         self.estimates: dict[torch.Tensor, torch.Tensor] = {}  # parameter -> sampled-label gradient, summed
         self.tokens = 0
 
-    @staticmethod
-    def check(cfg) -> None:
+    @classmethod
+    def check(cls, cfg) -> None:
         optim = cfg.train.optim
         require([(optim.gamma is None or optim.gamma > 0, f"train.optim.gamma={optim.gamma} must be positive"),
                  (optim.hessian_every is None or optim.hessian_every >= 1,

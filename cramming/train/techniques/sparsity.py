@@ -124,8 +124,8 @@ class Sparsity(Technique):
         self.masks: dict[str, torch.Tensor] = {}
         self.current_density = 1.0
 
-    @staticmethod
-    def check(cfg) -> None:
+    @classmethod
+    def check(cls, cfg) -> None:
         sparsity = cfg.train.sparsity
         require([
             (sparsity.method is None or sparsity.method in METHODS,

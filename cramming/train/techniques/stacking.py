@@ -55,8 +55,8 @@ class Stacking(Technique):
         self.stages, self.starts = list(stages), stage_starts(stages, at)
         self.stage = 0  # index into stages
 
-    @staticmethod
-    def check(cfg) -> None:
+    @classmethod
+    def check(cls, cfg) -> None:
         stages, at = list(cfg.train.stacking.stages), cfg.train.stacking.at
         require([
             (not stages or (len(stages) >= 2 and all(isinstance(n, int) and n >= 1 for n in stages)

@@ -44,8 +44,8 @@ class ZLoss(Technique):
     def __init__(self, weight: float):
         self.weight = weight
 
-    @staticmethod
-    def check(cfg) -> None:
+    @classmethod
+    def check(cls, cfg) -> None:
         weight = cfg.train.z_loss.weight
         require([(math.isfinite(weight) and weight >= 0,
                   f"train.z_loss.weight={weight} must be a finite number, 0 or more (0: off)")])

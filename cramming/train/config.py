@@ -182,6 +182,9 @@ class LoggingConfig:
     # console: auto (a progress bar on a terminal, plain lines otherwise) | bar | lines; the log file
     # always gets the lines
     progress: str = "auto"
+    # plots/*.png, redrawn with a checkpoint and at the end (about a second of drawing each time); false leaves
+    # them out, for sweeps of many short runs (metrics.jsonl holds every curve: scripts/plot_runs.py)
+    plots: bool = True
 
     def check(self) -> None:
         require([

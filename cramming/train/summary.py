@@ -189,15 +189,16 @@ def write_summary(path: Path, summary: dict) -> None:
     write_atomically(path, json.dumps(summary, indent=2, allow_nan=False) + "\n")  # strict JSON: no bare NaN
 
 
-def leave_record(facts: RunFacts, run_dir: Path, logger: MetricsLogger, wandb: WandbLogger) -> dict:
-    """Stop the telemetry, then write summary.json (facts with the records and the energy) and the plots and
-    hand the summary to W&B."""
+def leave_record(facts: RunFacts, run_dir: Path, logger: MetricsLogger, wandb: WandbLogger, plots: bool) -> dict:
+    """Stop the telemetry, then write summary.json (facts with the records and the energy) and the plots (unless
+    `plots` is false: logging.plots) and hand the summary to W&B."""
     energy = logger.sampler.energy_wh()
     logger.sampler.stop()
     summary = build_summary(dataclasses.replace(facts, records=read_records(run_dir / "metrics.jsonl"),
                                                 energy_wh=energy))
     write_summary(run_dir / "summary.json", summary)
-    plot_run(run_dir)
+    if plots:
+        plot_run(run_dir)
     wandb.summary(summary, prefix="summary/")
-    log.info("summary: %s; plots: %s", run_dir / "summary.json", run_dir / "plots")
+    log.info("summary: %s%s", run_dir / "summary.json", f"; plots: {run_dir / 'plots'}" if plots else "")
     return summary

@@ -237,7 +237,8 @@ def train_run(run: Run, callbacks: list[Callback], zero_shot: Callable | None, s
     checkpointer = Checkpointer(cfg.checkpoint, tokenizer, run.scaler, run.fingerprint, recorded, dist.is_main,
                                 run.provenance, last_good=run.checkpoint, progress=cfg.train.progress)
     heartbeat = [Heartbeat(run_dir)] if dist.is_main else []
-    plots = [PlotRefresh(lambda: checkpointer.newest)] if dist.is_main else []  # after the checkpointer
+    # the plots' redraw after the checkpointer, whose newest checkpoint it follows
+    plots = [PlotRefresh(lambda: checkpointer.newest)] if dist.is_main and cfg.logging.plots else []
     bar = [ProgressBar(logger, stopping)] if dist.is_main and use_bar(cfg.logging.progress) else []
     callbacks = PretrainingHooks([*recorded.callbacks, *bar, *heartbeat, checkpointer, *plots], agreement)
     step = Step(_network(model, settings, dist), run.optimizer, run.scaler, settings.precision, stream,
@@ -284,7 +285,7 @@ def train_run(run: Run, callbacks: list[Callback], zero_shot: Callable | None, s
                         microbatch={"size": settings.microbatch_size, "source": run.microbatch_source},
                         held_out_rows=dataset.held_out_rows, validation_s=clock.paused_seconds,
                         stop_detail=stopping.early_stop, step_timing=step.timing, outside_parts=outside_parts),
-                        run_dir, logger, wandb)
+                        run_dir, logger, wandb, cfg.logging.plots)
         if stop_reason == "interrupted":
             written = f"checkpoint {checkpointer.newest}" if checkpointer.newest else "no checkpoint yet"
             raise Interrupted(f"stopped at step {progress.step}; {written}; to go on, run the same command with "

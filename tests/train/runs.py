@@ -19,7 +19,9 @@ NO_PROBE = "train.validation.zero_shot=false"
 # of its cost, which was as much as an 8-step run's training (the default slice: the quick start's tests).
 VALIDATION_ROWS = 64
 SMALL_VALIDATION = f"data.validation_rows={VALIDATION_ROWS}"
-TINY_RUN = ["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t", NO_PROBE, SMALL_VALIDATION]
+# The plots (about a second of drawing at a run's end) are tested by the quick start's run and tests/train/test_plots.py
+NO_PLOTS = "logging.plots=false"
+TINY_RUN = ["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t", NO_PROBE, SMALL_VALIDATION, NO_PLOTS]
 # A step-driven run: same steps and data order every time, checkpoints after every step.
 STEP_RUN = TINY_RUN + [
     "train=steps",

@@ -179,7 +179,7 @@ def test_nonfinite_losses_are_skipped_then_stop_the_run(shared_cache, tmp_path):
     # counts read every step: the run stops at the step that reaches the limit (tests/train/test_step_syncs.py
     # runs the default, a read every 10 steps)
     cfg = compose_config(STEP_RUN + [f"output_dir={tmp_path}", "train.max_steps=20", "train.max_nonfinite_steps=3",
-                                     "train.check_nonfinite_every=1"])
+                                     "train.check_nonfinite_every=1", "logging.plots=true"])
     with pytest.raises(CrammingError) as stopped:
         pretrain_in_process(cfg, callbacks=[PoisonedLoss(lambda step: step in (2, 3) or step >= 6)])
     run_dir = only_run(tmp_path)
@@ -206,6 +206,7 @@ def test_an_interrupted_run_leaves_its_summary(shared_cache, tmp_path):
     facts = summary(run_dir)
     assert facts["stop_reason"] == "interrupted" and facts["steps"] == 2
     assert facts["tokens"] == records(run_dir)[-1]["tokens"] and facts["final_loss"] == records(run_dir)[-1]["loss"]
+    assert not (run_dir / "plots").exists()  # logging.plots=false (TINY_RUN's): the record without the drawing
 
 
 def test_a_resumed_run_keeps_its_checkpoints_microbatch(shared_cache, tmp_path):

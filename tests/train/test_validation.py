@@ -123,7 +123,8 @@ def test_the_zero_shot_probe_adds_its_figures_and_changes_nothing_training_compu
     """train.validation.zero_shot (on by default): BLiMP (packaged subset) and bits per character at each
     validation, into metrics.jsonl, summary.json and a plot; the losses of every step are those of the same run
     without it."""
-    common = STEP_RUN + ["train.validation.fractions=[0.5]", f"cache_dir={dataset.path.parent.parent}"]  # prepared
+    common = STEP_RUN + ["train.validation.fractions=[0.5]", f"cache_dir={dataset.path.parent.parent}",  # prepared
+                         "logging.plots=true"]
     plain = pretrain(compose_config(common + [f"output_dir={tmp_path / 'plain'}"]))
     probe_on = [o for o in common if o != NO_PROBE]  # the default
     probed = pretrain(compose_config(probe_on + [f"output_dir={tmp_path / 'probed'}", "train.validation.blimp_pairs=2",

@@ -127,7 +127,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
 
 TINY = ["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t", "budget=0.001", NO_PROBE, SMALL_VALIDATION,
         "output_dir={root}/out", "cache_dir={cache}"]  # the data of `files`' run, which the resume cases resume
-STEPS = TINY + ["train=steps", "train.max_steps=1", "train.batch_size=64", "impl.microbatch_size=16"]
+STEPS = TINY + ["train=steps", "train.max_steps=1", "train.batch_size=32", "impl.microbatch_size=16"]  # STEP_RUN's
 
 CASES = [  # (command, arguments, what the one line must contain)
     # paths that are files

@@ -22,11 +22,12 @@ SMALL_VALIDATION = f"data.validation_rows={VALIDATION_ROWS}"
 # The plots (about a second of drawing at a run's end) are tested by the quick start's run and tests/train/test_plots.py
 NO_PLOTS = "logging.plots=false"
 TINY_RUN = ["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t", NO_PROBE, SMALL_VALIDATION, NO_PLOTS]
-# A step-driven run: same steps and data order every time, checkpoints after every step.
+# A step-driven run: same steps and data order every time, checkpoints after every step; two microbatches a step
+# (accumulation, at half the work of four).
 STEP_RUN = TINY_RUN + [
     "train=steps",
     "train.max_steps=8",
-    "train.batch_size=64",
+    "train.batch_size=32",
     "impl.microbatch_size=16",
     "budget=1",
     "logging.every_steps=1",

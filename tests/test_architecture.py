@@ -198,3 +198,23 @@ def test_the_step_is_handed_no_function_to_call_back():
     passed_functions = [name for name in inspect.signature(Step.__init__).parameters
                         if "Callable" in str(hints.get(name, ""))]
     assert passed_functions == []
+
+
+def test_every_plug_in_kind_has_one_shape():
+    """Techniques, optimizers, data sources and tasks alike: classes in their kind's tuple, each with a unique
+    `name`, its own keys as `settings`, and one rule hook, the class method `check` (called for every registered
+    plug-in, chosen or not: docs/architecture.md)."""
+    import inspect
+
+    from cramming.data.sources import SOURCES
+    from cramming.eval.tasks.registry import TASKS
+    from cramming.train.optimizers import OPTIMIZERS
+    from cramming.train.techniques import TECHNIQUES
+
+    for registry in (TECHNIQUES, OPTIMIZERS, SOURCES, TASKS):
+        assert all(isinstance(plug_in, type) for plug_in in registry)
+        names = [plug_in.name for plug_in in registry]
+        assert all(isinstance(name, str) and name for name in names) and len(set(names)) == len(names), names
+        assert all(isinstance(plug_in.settings, tuple) for plug_in in registry)
+        assert all(isinstance(inspect.getattr_static(plug_in, "check"), classmethod) for plug_in in registry), [
+            plug_in for plug_in in registry if not isinstance(inspect.getattr_static(plug_in, "check"), classmethod)]

@@ -16,8 +16,9 @@ from tests.train.runs import NO_PROBE, SMALL_VALIDATION, STEP_RUN, InterruptAt, 
 
 
 # Each optimizer with one schedule, so that every option of both trains once under the budget clock
-# (the default users run), in seven runs instead of 49; the longer list wraps around the shorter, so a new
-# optimizer or schedule joins without an edit here. adamw8bit needs CUDA (tests/train/test_low_precision.py).
+# (the default users run), in as many runs as the longer list has entries instead of their product; the longer
+# list wraps around the shorter, so a new optimizer or schedule joins without an edit here. adamw8bit needs CUDA
+# (tests/train/test_low_precision.py).
 ON_CPU = [optimizer.name for optimizer in OPTIMIZERS if not optimizer.cuda_only]
 SCHEDULES = [*LR_SCHEDULES[1:], LR_SCHEDULES[0]]  # triangle, the recipe's, with the last optimizer (sophia)
 PAIRS = [(ON_CPU[index % len(ON_CPU)], SCHEDULES[index % len(SCHEDULES)])

@@ -36,7 +36,7 @@ class GlueTask(TextClassification):
     layout and its `hub_text_columns`; its `name` is also the hub config's."""
 
     folder: str  # directory of the classic GLUE layout
-    eval_splits: tuple["GlueSplit", ...]
+    eval_splits: tuple[GlueSplit, ...]
     hub_text_columns: tuple[str, Optional[str]]  # (first segment, second segment or None)
     # TSV label strings in the order of the hub's label ids; None for the STS-B regression score.
     labels: Optional[tuple[str, ...]]

@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from cramming.cli import ablate, eval_glue, export, prepare_data, pretrain
 from cramming.pretraining import pretrain as pretrain_in_process
 from tests.conftest import SHARED_DATA
-from tests.train.runs import NO_PROBE, SMALL_VALIDATION, STEP_RUN, compose_config
+from tests.train.runs import NO_PROBE, STEP_RUN, TINY_DATA, compose_config
 
 COMMANDS = {"pretrain": pretrain, "eval_glue": eval_glue, "prepare_data": prepare_data, "export": export,
             "ablate": ablate}
@@ -125,7 +125,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-TINY = ["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t", "budget=0.001", NO_PROBE, SMALL_VALIDATION,
+TINY = [*TINY_DATA, "arch=crammed-bert-tiny", "gpu=cpu", "name=t", "budget=0.001", NO_PROBE,
         "output_dir={root}/out", "cache_dir={cache}"]  # the data of `files`' run, which the resume cases resume
 STEPS = TINY + ["train=steps", "train.max_steps=1", "train.batch_size=32", "impl.microbatch_size=16"]  # STEP_RUN's
 
@@ -158,9 +158,9 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("pretrain", [*TINY, "budget=0"], "budget=0.0 must be a positive number"),
     ("pretrain", [*TINY, "budget=inf"], "budget=inf must be a positive number"),
     ("pretrain", [*TINY, "budget=-1"], "budget=-1.0 must be a positive number"),
-    ("pretrain", [*TINY, "train.mlm_rate=0"], "train.mlm_rate=0.0 must mask 1 to 127 of 128 tokens"),
-    ("pretrain", [*TINY, "train.mlm_rate=1"], "train.mlm_rate=1.0 must mask 1 to 127"),
-    ("pretrain", [*TINY, "train.mlm_rate=0.001"], "train.mlm_rate=0.001 must mask 1 to 127"),
+    ("pretrain", [*TINY, "train.mlm_rate=0"], "train.mlm_rate=0.0 must mask 1 to 63 of 64 tokens"),
+    ("pretrain", [*TINY, "train.mlm_rate=1"], "train.mlm_rate=1.0 must mask 1 to 63"),
+    ("pretrain", [*TINY, "train.mlm_rate=0.001"], "train.mlm_rate=0.001 must mask 1 to 63"),
     ("pretrain", [*TINY, "train.batch_size=0"], "train.batch_size=0 must be at least 1"),
     ("pretrain", [*TINY, "train.batch_ramp_fraction=1.5"], "train.batch_ramp_fraction=1.5 must be in [0, 1]"),
     ("pretrain", [*TINY, "train.warmup_fraction=1"], "train.warmup_fraction=1.0 must be in [0, 1)"),

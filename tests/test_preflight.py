@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cramming.errors import CrammingError
-from tests.commands import in_subprocess
+from tests.commands import in_process, in_subprocess
 from tests.conftest import REPO_ROOT
 from tests.eval.conftest import GLUE_DIR
 from tests.train.runs import NO_PROBE
@@ -59,6 +59,9 @@ def late_failures(tmp_path) -> list:
 
 
 CASES = ["glue-task", "glue-value", "glue-files", "glue-hub-offline", "budget-scaling", "wandb-login", "disk"]
+# Real subprocesses for the cases read from the environment; the others through the same main() in this process
+# (tests/commands.py), a few seconds of interpreter and torch start less each.
+FROM_THE_ENVIRONMENT = {"glue-hub-offline", "wandb-login"}
 
 
 @pytest.mark.parametrize("case", range(len(CASES)), ids=CASES)
@@ -67,7 +70,8 @@ def test_a_late_failure_is_one_line_before_any_work(tmp_path, cache_dir, monkeyp
     for key, value in environment.items():
         monkeypatch.delenv(key, raising=False) if value is None else monkeypatch.setenv(key, value)
     out = tmp_path / "out"
-    run = in_subprocess("pretrain", *QUICK, *overrides, f"output_dir={out}", cwd=tmp_path)
+    command = in_subprocess if CASES[case] in FROM_THE_ENVIRONMENT else in_process
+    run = command("pretrain", *QUICK, *overrides, f"output_dir={out}", cwd=tmp_path)
     started_nothing(run, out, cache_dir)
     assert words in run.stderr
 

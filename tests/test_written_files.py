@@ -16,7 +16,7 @@ from cramming.errors import CrammingError
 from cramming.pretraining import pretrain as pretrain_in_process
 from cramming.train.microbatch import CACHE_FILE, cached_search
 from tests.test_bad_inputs import COMMANDS, GLUE_DIR, run_command
-from tests.train.runs import SMALL_VALIDATION, STEP_RUN, compose_config
+from tests.train.runs import STEP_RUN, TINY_DATA, compose_config
 
 COMMANDS.setdefault("compare_runs", compare_runs)
 
@@ -130,7 +130,7 @@ def test_a_damaged_file_of_a_prepared_dataset_is_rebuilt(made, tmp_path, name, d
     (dataset,) = (path.parent for path in (cache / "data").glob("*/meta.json"))
     rows = np.fromfile(dataset / "rows.bin", dtype=np.uint16)
     damage(dataset / name)
-    code, output = run_command("prepare_data", "data=embedded", SMALL_VALIDATION, f"cache_dir={cache}")  # made's
+    code, output = run_command("prepare_data", *TINY_DATA, f"cache_dir={cache}")  # made's
     assert code == 0 and "Traceback" not in output, output
     assert "rebuilding it" in output and "prepared now" in output
     assert np.array_equal(np.fromfile(dataset / "rows.bin", dtype=np.uint16), rows)

@@ -12,7 +12,7 @@ import pytest
 from cramming.data import store
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT
-from tests.train.runs import SMALL_VALIDATION, STEP_RUN
+from tests.train.runs import STEP_RUN, TINY_DATA
 
 SCRIPT = REPO_ROOT / "scripts" / "prepare_data.py"
 
@@ -67,7 +67,7 @@ def test_a_changed_meta_json_is_rebuilt_not_trusted(cache_dir):
 def test_any_changed_file_of_a_prepared_dataset_is_rebuilt_before_training(cache_dir, damage):
     """Every file is covered, token_counts.npy too; a meta.json changed along with its own checksum still
     has to fit the rows (every token id below its vocab_size) before training."""
-    assert prepare("data=embedded", SMALL_VALIDATION).returncode == 0  # the dataset STEP_RUN trains on
+    assert prepare(*TINY_DATA).returncode == 0  # the dataset STEP_RUN trains on
     (directory,) = (path.parent for path in (cache_dir / "data").glob("*/meta.json"))
     if damage == "token_counts.npy":
         counts = np.load(directory / "token_counts.npy")

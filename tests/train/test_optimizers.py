@@ -12,7 +12,7 @@ from cramming import CONFIG_DIR
 from cramming.pretraining import pretrain
 from cramming.engine.schedules import LR_SCHEDULES
 from cramming.train.optimizers import NAMES, OPTIMIZERS
-from tests.train.runs import NO_PROBE, SMALL_VALIDATION, STEP_RUN, InterruptAt, compose_config, records, summary
+from tests.train.runs import NO_PROBE, STEP_RUN, TINY_DATA, InterruptAt, compose_config, records, summary
 
 
 # Each optimizer with one schedule, so that every option of both trains once under the budget clock
@@ -34,7 +34,7 @@ def test_every_optimizer_is_a_choice_of_the_optim_group_and_every_choice_an_opti
 @pytest.mark.parametrize(("name", "schedule"), PAIRS)
 def test_each_optimizer_and_schedule_trains_under_the_budget_clock(shared_cache, tmp_path, simulated_clock, name,
                                                                    schedule):
-    overrides = ["data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", "name=t", NO_PROBE, SMALL_VALIDATION,
+    overrides = [*TINY_DATA, "arch=crammed-bert-tiny", "gpu=cpu", "name=t", NO_PROBE,
                  "budget=0.0006", "impl.microbatch_size=16", "train.batch_size=64", f"output_dir={tmp_path}",
                  "logging.every_steps=1", f"train.optim.name={name}", f"train.lr_schedule={schedule}"]
     run_dir = pretrain(compose_config(overrides))

@@ -50,7 +50,7 @@ def test_what_a_resume_may_not_change_is_refused_in_one_line(shared_cache, tmp_p
     for overrides, changed in ((["arch.num_layers=4"], "arch.num_layers=4 changes arch.num_layers (2 in the run's "
                                 "config.yaml, 4 here)"),
                                (["data=wikipedia"], "data=wikipedia changes data.filter.trash_cutoff (0.4 in the "
-                                "run's config.yaml, 0.3 here) and 6 more key(s) of data"),
+                                "run's config.yaml, 0.3 here) and 7 more key(s) of data"),
                                (["train.optim.name=lion"], "optim=lion changes train.optim.name (adamw in the run's "
                                 "config.yaml, lion here)"),  # the group choice train.optim.name=lion means
                                (["optim=lion"], "optim=lion changes train.optim.name (adamw in the run's config.yaml, "

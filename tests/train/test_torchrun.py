@@ -15,7 +15,7 @@ import torch
 
 from cramming.train.distributed import Distributed
 from tests.conftest import REPO_ROOT, SHARED_DATA, SIMULATED_MICROBATCH_SECONDS
-from tests.train.runs import NO_PROBE, summary
+from tests.train.runs import NO_PROBE, SHORT_ROWS, summary
 
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
 GROUP_TIMEOUT_S = 8
@@ -33,7 +33,7 @@ def slow_rank0_run(tmp_path_factory, session_cache):
                   "CRAMMING_TEST_SLOW_RANK0": f"prepare:{SLOWER_BY_S},glue:{SLOWER_BY_S}",
                   "CRAMMING_TEST_SYNCS": str(root / "syncs"), "CRAMMING_CACHE": str(session_cache),
                   "CRAMMING_SIMULATED_MICROBATCH_SECONDS": str(SIMULATED_MICROBATCH_SECONDS)}
-    arguments = ["--config-name", "quickstart", NO_PROBE, f"budget={BUDGET_HOURS}", f"output_dir={root}",
+    arguments = ["--config-name", "quickstart", NO_PROBE, SHORT_ROWS, f"budget={BUDGET_HOURS}", f"output_dir={root}",
                  "logging.every_fraction=1", "train.validation.fractions=[]",
                  "eval=glue", "eval.tasks=[rte]", f"eval.data_dir={GLUE_DIR}", "eval.max_train_examples=16",
                  "eval.epochs=1"]

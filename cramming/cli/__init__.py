@@ -19,6 +19,7 @@ from cramming import CHOOSING_KEYS, CONFIG_DIR, as_group_choices, compose_config
 from cramming.cli.arguments import job_overrides, parse_arguments
 from cramming.cli.groups import config_groups, replaced_choices
 from cramming.cli.overrides import check_overrides
+from cramming.cli.run_mode import mode_from_the_command_line
 from cramming.errors import USER_ERRORS, exit_on_user_error, fail, user_error_line
 
 PATH_KEYS = ("data.files",)
@@ -128,7 +129,8 @@ def hydra_command(config_name: str, schema: type, directories: tuple[str, ...] =
             exit_on_user_error(check_arguments)(sys.argv[1:], config_name, schema, directories, check_job)
             jobs_run.clear()
             failed_jobs.clear()
-            run()
+            with mode_from_the_command_line():  # one composition fewer (cramming.cli.run_mode)
+                run()
             if failed_jobs:
                 fail_sweep(failed_jobs, len(jobs_run))
 

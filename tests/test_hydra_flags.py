@@ -185,7 +185,8 @@ def test_the_run_mode_read_from_the_command_line_is_what_hydras_composition_read
     for name in SCRIPTS:
         importlib.import_module(f"cramming.cli.{name}")
     for name in [path.stem for path in CONFIG_DIR.glob("*.yaml")]:
-        for overrides in ([], ["hydra.mode=RUN"], ["hydra.mode=MULTIRUN"], ["hydra.mode=RUN", "hydra.mode=MULTIRUN"]):
+        for overrides in ([], ["hydra.mode=RUN"], ["hydra.mode=MULTIRUN"], ["hydra.mode=RUN", "hydra.mode=MULTIRUN"],
+                          ["hydra.mode='MULTIRUN'"], ["hydra.mode=SOMETIMES"], ["hydra.mode=[RUN]"]):
             with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
                 composed = GlobalHydra.instance().hydra.get_mode(name, list(overrides))
             assert composed == mode_of(overrides), (name, overrides)
@@ -201,3 +202,12 @@ def test_a_command_composes_its_config_twice_the_checks_and_the_run(monkeypatch,
     run = in_process("eval_glue", f"ckpt={tmp_path / 'none'}", f"output_dir={tmp_path / 'out'}")
     assert run.returncode == 2 and f"ckpt={tmp_path / 'none'}: no such directory" in run.stderr  # said in the run
     assert runs == [RunMode.RUN, RunMode.RUN]
+
+
+def test_hydra_mode_multirun_on_the_command_line_makes_a_sweep(tmp_path):
+    """Hydra's documented alternative to -m still chooses the multirun: its job's failure is said as a sweep's."""
+    run = in_process("eval_glue", "hydra.mode=MULTIRUN", f"ckpt={tmp_path / 'none'}", f"output_dir={tmp_path / 'out'}",
+                     f"hydra.sweep.dir={tmp_path / 'multirun'}")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: 1 of the sweep's 1 jobs failed (each job ran): job 0: "), last

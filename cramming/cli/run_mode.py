@@ -12,12 +12,20 @@ from collections.abc import Iterator
 from hydra._internal.hydra import Hydra
 from hydra.types import RunMode
 
+from cramming.cli.arguments import parse_override
+from cramming.errors import CrammingError
+
 
 def mode_of(overrides: list[str]) -> RunMode | None:
-    """What Hydra.get_mode composes for our configs: the last `hydra.mode=` override's mode, None without one (or
-    with a value that is not a mode, which Hydra's own composition then refuses)."""
-    given = [value for key, _, value in (override.partition("=") for override in overrides) if key == "hydra.mode"]
-    return RunMode.__members__.get(given[-1]) if given else None
+    """What Hydra.get_mode composes for our configs: the last `hydra.mode=` override's mode, read by Hydra's own
+    override grammar (quoted too); None without one, or where an override or the value does not parse, as
+    Hydra.get_mode answers when its composition fails (the run's composition then says why)."""
+    try:
+        parsed = [parse_override(override) for override in overrides]
+    except CrammingError:
+        return None
+    given = [override.value() for override in parsed if override.key_or_group == "hydra.mode"]
+    return RunMode.__members__.get(given[-1]) if given and isinstance(given[-1], str) else None
 
 
 @contextlib.contextmanager

@@ -41,6 +41,7 @@ from cramming.eval.tasks.registry import as_glue_config, requested_tasks
 from cramming.hardware import budget_seconds
 from cramming.model import build_mlm_model
 from cramming.model.config import as_model_config
+from cramming.model.shapes import shapes_only
 from cramming.pretraining import check_pretrain_config
 from cramming.train.data_repeats import MANY_EPOCHS
 from cramming.train.distributed import Distributed
@@ -193,7 +194,7 @@ def _checkpoints_need(cfg) -> DiskNeed:
     goes, final, and every keep_at; each the fp32 weights and the optimizer's state."""
     where = Path(os.path.expanduser(str(cfg.output_dir)))
     try:
-        with torch.device("meta"):  # the shapes without the memory
+        with shapes_only():
             model = build_mlm_model(as_model_config(cfg.arch), cfg.data.tokenizer.vocab_size)
     except (RuntimeError, ValueError, OverflowError):  # sizes no tensor can have: a resume's check names them
         return DiskNeed("the checkpoints (the model's size unknown)", where, None)

@@ -21,6 +21,7 @@ from cramming.eval.tasks.base import Task
 from cramming.eval.tasks.registry import GlueConfig, check_glue_config, requested_tasks
 from cramming.model import build_classifier
 from cramming.model.config import as_model_config
+from cramming.model.shapes import shapes_only
 
 HEAD_PREFIX = "head."  # our classifier's fresh parameters (cramming.model.build_classifier)
 
@@ -80,7 +81,7 @@ def check_glue_after_pretraining(cfg: GlueConfig, arch, vocab_size: int) -> None
     model_cfg = as_model_config(arch)
     classifier = None
     if lora is not None:
-        with torch.device("meta"):
+        with shapes_only():
             classifier = build_classifier(model_cfg, vocab_size, 2)
     fresh = [] if classifier is None else [name for name, _ in classifier.named_parameters()
                                            if name.startswith(HEAD_PREFIX)]

@@ -24,6 +24,7 @@ from ..errors import CrammingError, size_text
 from .config import ModelConfig, as_model_config
 from .crammed_bert import CrammedForMaskedLM, CrammedForSequenceClassification
 from .factory import build_classifier
+from .shapes import shapes_only
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
@@ -201,7 +202,7 @@ def check_declared_shapes(directory: str | os.PathLike, build: Callable[[], nn.M
                                 f"{weights} (they hold {holds}): the config does not describe these weights "
                                 "(damaged or edited?)")
     try:
-        with torch.device("meta"):
+        with shapes_only():
             declared = build().state_dict()
     except RuntimeError as error:
         raise CrammingError(f"{declared_by} declares a model that cannot be built ({error})") from None

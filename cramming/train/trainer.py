@@ -13,6 +13,7 @@ import dataclasses
 import gc
 import json
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -75,7 +76,8 @@ def train(cfg, callbacks: Sequence[Callback] = (), zero_shot: Callable | None = 
     """
     if cfg.train.validation.zero_shot and zero_shot is None:
         raise ValueError("train.validation.zero_shot is on: pass zero_shot (cramming.pretraining.pretrain does)")
-    torch.compiler.reset()  # compile afresh: earlier runs in this process may have spent dynamo's recompile limit
+    if "torch._dynamo" in sys.modules:  # compile afresh: earlier runs here may have spent dynamo's recompile limit
+        torch.compiler.reset()  # (a process that never compiled skips it: importing dynamo to reset it costs 2 s)
     dist = Distributed.from_env()
     if not dist.is_main:  # rank 0 tells the story once; the other ranks speak up only with a warning
         log.setLevel(logging.WARNING)

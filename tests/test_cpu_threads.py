@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from cramming.threads import cgroup_cpu_limit
-from tests.train.runs import NO_PROBE
+from tests.train.runs import NO_PLOTS, NO_PROBE, TINY_DATA
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def quickstart(tmp_path: Path, prefix: list[str], **env: str) -> tuple[str, dict]:
-    command = [*prefix, sys.executable, str(REPO / "pretrain.py"), "--config-name", "quickstart", NO_PROBE,
-               "budget=0.0003", f"output_dir={tmp_path}"]
+    command = [*prefix, sys.executable, str(REPO / "pretrain.py"), "--config-name", "quickstart", NO_PROBE, NO_PLOTS,
+               *TINY_DATA, "budget=0.0003", f"output_dir={tmp_path}"]  # the thread count is set before any of them
     environment = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
     done = subprocess.run(command, cwd=tmp_path, env=environment | {"PYTHONPATH": str(REPO)} | env,
                           capture_output=True, text=True, timeout=300)

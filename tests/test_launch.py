@@ -82,8 +82,8 @@ def test_what_every_process_would_refuse_is_refused_before_the_launch(gpus, tmp_
 ])
 def test_torchruns_own_counts_are_one_line_before_any_process_starts(tmp_path, arguments, message):
     """torchrun itself meets these with an assertion's or int()'s traceback and exit code 1."""
-    run = in_subprocess("launch", *arguments, PRETRAIN, "--config-name", "quickstart", f"output_dir={tmp_path}",
-                        cwd=tmp_path)
+    run = in_process("launch", *arguments, PRETRAIN, "--config-name", "quickstart", f"output_dir={tmp_path}",
+                     cwd=tmp_path)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip() == message
     assert not list(tmp_path.iterdir())

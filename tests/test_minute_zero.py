@@ -78,7 +78,9 @@ CASES = [  # (name, overrides, environment, words of the one line)
 ]
 
 
-# Through the command line, one process a group: a group's cases are independent, so each is in the one line.
+# Through the command line, one run a group: a group's cases are independent, so each is in the one line. The first
+# group runs as `python pretrain.py` in a process of its own; the others through the same main() in this process
+# (tests/commands.py), which saves a process start each.
 COMMAND_LINE_GROUPS = [["max-length", "peft-targets", "eval-device", "eval-precision", "eval-baseline"],
                        ["wandb-project", "simulated-clock", "init-std", "microbatch-over-batch"],
                        ["teacher-vocabulary", "ticket-vocabulary"], ["eval-cuda"], ["truncated-gzip"], ["min-chars"],
@@ -100,7 +102,8 @@ def test_a_setting_that_would_fail_later_is_refused_at_the_start(inputs, tmp_pat
         for key, value in environment.items():
             monkeypatch.setenv(key, value)
     out = tmp_path / "out"
-    run = in_subprocess("pretrain", *QUICK, *overrides, f"output_dir={out}", cwd=tmp_path)
+    command = in_subprocess if group == COMMAND_LINE_GROUPS[0] else in_process
+    run = command("pretrain", *QUICK, *overrides, f"output_dir={out}", cwd=tmp_path)
     started_nothing(run, out, cache_dir)
     assert not out.exists()
     assert run.stderr.startswith(f"error: {len(group)} problems: (1) " if len(group) > 1 else "error: ")

@@ -10,7 +10,7 @@ from cramming.errors import CrammingError
 from cramming.files import folder_name
 from cramming.runs import (STATE_FILE, WEIGHTS_FILE, comparison_path, new_run_dir, record_config, resolve_checkpoint,
                            run_config, run_configs, run_of)
-from tests.commands import in_subprocess
+from tests.commands import in_process
 
 
 def checkpoint(directory: Path, age: float = 0.0, state: bool = True) -> Path:
@@ -123,8 +123,8 @@ NAME_RULE = "it must be 1 to 128 of the ASCII letters, digits and . _ - +, not s
 @pytest.mark.parametrize("name", ["../../escaped_run", "a/b", "'a\nb'"], ids=["dot-dot", "slash", "newline"])
 def test_a_run_name_is_one_folder_inside_output_dir(tmp_path, name):
     """A name that would leave output_dir, nest folders or hold a newline: one line, and nothing written."""
-    run = in_subprocess("pretrain", "data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", f"name={name}",
-                        "output_dir=out/inner", f"cache_dir={tmp_path / 'cache'}", cwd=tmp_path)
+    run = in_process("pretrain", "data=embedded", "arch=crammed-bert-tiny", "gpu=cpu", f"name={name}",
+                     "output_dir=out/inner", f"cache_dir={tmp_path / 'cache'}", cwd=tmp_path)
     assert run.returncode == 2 and "Traceback" not in run.stderr + run.stdout
     shown = repr(name.strip("'"))
     assert run.stderr.strip().splitlines()[-1] == (

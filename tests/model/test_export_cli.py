@@ -1,4 +1,5 @@
-"""A real run of scripts/export.py, loaded back with transformers' Auto classes."""
+"""A real run of scripts/export.py, loaded back with transformers' Auto classes, and its one-line errors (the
+upload's as a real process too, the others through its main() in this process: tests/commands.py)."""
 
 import json
 import subprocess
@@ -9,6 +10,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from cramming.model import build_mlm_model
 from cramming.model.checkpoint import save_pretrained
+from tests.commands import in_process
 from tests.conftest import REPO_ROOT
 from tests.model.conftest import VOCAB_SIZE, arch_config
 
@@ -33,11 +35,7 @@ def test_export_script_writes_a_directory_transformers_loads(tmp_path, tokenizer
 
 
 def test_export_of_a_missing_checkpoint_is_one_line(tmp_path):
-    run = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "export.py"), f"ckpt={tmp_path / 'nope'}",
-         f"out={tmp_path / 'hf'}"],
-        capture_output=True, text=True, timeout=300,
-    )
+    run = in_process("export", f"ckpt={tmp_path / 'nope'}", f"out={tmp_path / 'hf'}")
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1] == f"error: ckpt={tmp_path / 'nope'}: no such directory"
 
@@ -49,10 +47,7 @@ def test_a_config_json_asking_for_an_absurd_model_is_one_line_before_any_allocat
     config = json.loads((checkpoint / "config.json").read_text())
     config["arch"]["hidden_size"] = 1_000_000_000
     (checkpoint / "config.json").write_text(json.dumps(config))
-    run = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "export.py"), f"ckpt={checkpoint}",
-         f"out={tmp_path / 'hf'}"], capture_output=True, text=True, timeout=300,
-    )
+    run = in_process("export", f"ckpt={checkpoint}", f"out={tmp_path / 'hf'}")
     assert run.returncode == 2 and "Traceback" not in run.stderr + run.stdout
     assert run.stderr.strip().splitlines()[-1] == (
         f"error: {checkpoint / 'config.json'} sets arch.hidden_size=1000000000, which does not fit the "
@@ -65,11 +60,7 @@ def test_push_to_hub_without_a_login_is_one_line_before_any_export(tmp_path, tok
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # where `hf auth login` would keep the token
     save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), VOCAB_SIZE), tmp_path / "ckpt", tokenizer)
-    run = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "export.py"), f"ckpt={tmp_path / 'ckpt'}",
-         f"out={tmp_path / 'hf'}", "push_to_hub=someone/my-cram"],
-        capture_output=True, text=True, timeout=300,
-    )
+    run = in_process("export", f"ckpt={tmp_path / 'ckpt'}", f"out={tmp_path / 'hf'}", "push_to_hub=someone/my-cram")
     assert run.returncode == 2 and "Traceback" not in run.stderr + run.stdout
     assert run.stderr.strip() == ("error: push_to_hub=someone/my-cram: no Hugging Face token (HF_TOKEN, or "
                                   "`hf auth login`): log in first; the export itself needs none")

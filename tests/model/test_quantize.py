@@ -12,7 +12,7 @@ from cramming.model.checkpoint import save_pretrained
 from cramming.model.crammed_bert import CrammedForSequenceClassification
 from cramming.model.export import export_to_transformers
 from tests.model.conftest import VOCAB_SIZE, arch_config
-from tests.commands import in_subprocess
+from tests.commands import in_process
 from tests.test_bad_inputs import run_command
 
 RTE_HEADER = "index\tsentence1\tsentence2\tlabel\n"
@@ -89,7 +89,7 @@ def test_bad_quantize_settings_are_one_line(tmp_path, tokenizer, args, words):
 def test_a_bad_task_to_score_is_one_line_before_any_export_through_the_command_line(tmp_path, tokenizer):
     """Checked with the settings (ExportConfig.check), so it stops before the export and the int8 copy."""
     save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), VOCAB_SIZE), tmp_path / "mlm", tokenizer)
-    run = in_subprocess("export", f"ckpt={tmp_path / 'mlm'}", f"out={tmp_path / 'out'}", "quantize=int8",
+    run = in_process("export", f"ckpt={tmp_path / 'mlm'}", f"out={tmp_path / 'out'}", "quantize=int8",
                         "quantize_eval_task=rtee", f"glue_dir={tiny_rte(tmp_path)}")
     assert run.returncode == 2 and "Traceback" not in run.stderr + run.stdout
     assert (run.stderr.startswith("error: unknown GLUE task 'rtee'; known tasks: cola")
@@ -99,7 +99,7 @@ def test_a_bad_task_to_score_is_one_line_before_any_export_through_the_command_l
 
 def test_scoring_a_pretraining_checkpoint_is_refused_naming_it_before_any_int8_work(tmp_path, tokenizer):
     save_pretrained(build_mlm_model(arch_config("crammed-bert-tiny"), VOCAB_SIZE), tmp_path / "mlm", tokenizer)
-    run = in_subprocess("export", f"ckpt={tmp_path / 'mlm'}", f"out={tmp_path / 'out'}", "quantize=int8",
+    run = in_process("export", f"ckpt={tmp_path / 'mlm'}", f"out={tmp_path / 'out'}", "quantize=int8",
                         "quantize_eval_task=rte", f"glue_dir={tiny_rte(tmp_path)}")
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1] == (

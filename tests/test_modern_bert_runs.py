@@ -27,7 +27,7 @@ RUN = ["data=embedded", "arch=modern-bert-tiny", "gpu=cpu", "name=t", NO_PROBE, 
 def long_run(tmp_path_factory, session_cache):
     """Four steps of modern-bert-tiny on 512-token rows, every step's checkpoint kept."""
     output_dir = tmp_path_factory.mktemp("modern-bert")
-    run = in_subprocess("pretrain", *RUN, f"output_dir={output_dir}", f"cache_dir={session_cache}", timeout=600)
+    run = in_process("pretrain", *RUN, f"output_dir={output_dir}", f"cache_dir={session_cache}")
     assert run.returncode == 0, run.stderr[-3000:]
     return only_run(output_dir)
 
@@ -114,7 +114,7 @@ def test_the_microbatch_trial_step_runs_at_512(monkeypatch):
 
 @pytest.mark.slow
 def test_the_export_command_writes_a_native_modernbert_folder(long_run, tmp_path):
-    run = in_subprocess("export", f"ckpt={long_run}", f"out={tmp_path / 'hf'}", timeout=300)
+    run = in_process("export", f"ckpt={long_run}", f"out={tmp_path / 'hf'}")
     assert run.returncode == 0, run.stderr[-3000:]
     assert not list((tmp_path / "hf").glob("*.py"))
     exported = AutoModelForMaskedLM.from_pretrained(tmp_path / "hf").eval()  # no trust_remote_code

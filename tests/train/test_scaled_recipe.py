@@ -3,8 +3,6 @@ small batches; a day's budget is the crammed recipe exactly; the plan is driven 
 a checkpoint holds, so a resumed run plans as the uninterrupted one."""
 
 import math
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -14,7 +12,7 @@ from safetensors.torch import load_file
 from cramming.pretraining import pretrain
 from cramming.engine.schedules import fitted_batch_size
 from cramming.train.loop import Schedule
-from tests.conftest import REPO_ROOT
+from tests.commands import in_process, in_subprocess
 from tests.train.runs import TINY_RUN, InterruptAt, compose_config, only_run, records, summary
 
 
@@ -64,12 +62,12 @@ def test_a_run_counting_steps_ramps_to_batch_size_as_its_steps_are_given():
 @pytest.mark.slow
 def test_the_default_makes_a_step_of_every_microbatch_where_the_original_makes_a_few_large_ones(
         shared_cache, tmp_path, simulated_clock):
-    """The command line as a user runs it, the budget on simulated time: 0.001 GPU-hours = 29 microbatches."""
+    """The command line as a user runs it (the default as a process of its own, the original through the same
+    main() in this process), the budget on simulated time: 0.001 GPU-hours = 29 microbatches."""
     steps = {}
-    for name in ("scaled", "cramming"):
-        run = subprocess.run([sys.executable, str(REPO_ROOT / "pretrain.py"), *TINY_RUN, f"train={name}",
-                              "budget=0.001", "train.validation.fractions=[]", f"output_dir={tmp_path / name}",
-                              f"cache_dir={shared_cache}"], capture_output=True, text=True, cwd=tmp_path)
+    for name, command in (("scaled", in_subprocess), ("cramming", in_process)):
+        run = command("pretrain", *TINY_RUN, f"train={name}", "budget=0.001", "train.validation.fractions=[]",
+                      f"output_dir={tmp_path / name}", f"cache_dir={shared_cache}", cwd=tmp_path)
         assert run.returncode == 0, run.stderr[-2000:]
         facts = summary(only_run(tmp_path / name))
         assert facts["microbatches"] == math.ceil(0.001 * 3600 / simulated_clock) == 29
@@ -98,9 +96,8 @@ def test_a_floor_that_lets_the_batch_grow_resumes_exactly(shared_cache, tmp_path
 
 
 def test_preflight_shows_the_batch_and_the_learning_rate_over_the_run(shared_cache, tmp_path):
-    run = subprocess.run([sys.executable, str(REPO_ROOT / "pretrain.py"), *TINY_RUN, "budget=0.5", "preflight=true",
-                          f"output_dir={tmp_path}", f"cache_dir={shared_cache}"], capture_output=True, text=True,
-                         cwd=tmp_path)
+    run = in_process("pretrain", *TINY_RUN, "budget=0.5", "preflight=true", f"output_dir={tmp_path}",
+                     f"cache_dir={shared_cache}", cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     (line,) = [line for line in run.stdout.splitlines() if line.startswith("  schedule (sequences per step, lr)")]
     assert line.count("%: ") == 5 and "at 0%: 32, 2.50e-04," in line  # a microbatch, at a quarter of the peak

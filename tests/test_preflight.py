@@ -78,8 +78,8 @@ def test_a_late_failure_is_one_line_before_any_work(tmp_path, cache_dir, monkeyp
 
 def test_several_problems_are_all_in_the_one_line(tmp_path, cache_dir):
     out = tmp_path / "out"
-    run = in_subprocess("pretrain", *QUICK, "budget_scaling=bogus", "eval=glue", "eval.tasks=[rtee]",
-                        f"eval.data_dir={GLUE_DIR}", "train.optim.lr=-1", f"output_dir={out}", cwd=tmp_path)
+    run = in_process("pretrain", *QUICK, "budget_scaling=bogus", "eval=glue", "eval.tasks=[rtee]",
+                     f"eval.data_dir={GLUE_DIR}", "train.optim.lr=-1", f"output_dir={out}", cwd=tmp_path)
     started_nothing(run, out, cache_dir)
     assert run.stderr.startswith("error: 3 problems: (1) ")
     for words in ("budget_scaling='bogus'", "train.optim.lr=-1.0 must be positive", "unknown GLUE task 'rtee'"):

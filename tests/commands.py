@@ -48,3 +48,11 @@ def in_subprocess(name: str, *arguments: str, cwd: Path = REPO_ROOT, timeout: in
     env = os.environ | {"PYTHONPATH": str(REPO_ROOT)}
     return subprocess.run([sys.executable, str(REPO_ROOT / SCRIPTS[name]), *arguments], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def modules_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running `code`: what an import or a start costs."""
+    run = subprocess.run([sys.executable, "-c", f"{code}\nimport sys\nprint(*sys.modules)"], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    return set(run.stdout.split())

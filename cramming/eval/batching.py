@@ -40,15 +40,22 @@ class EncodedSplit:
         return len(row) if self.choices is None else max(len(choice) for choice in row)
 
 
+def chosen_rows(total: int, count: int, seed: int = 0) -> list[int]:
+    """A fixed random `count` of `total` example indices in their order (the same for every fine-tuning seed);
+    all of them when `count` is not less."""
+    if count >= total:
+        return list(range(total))
+    return torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:count].sort().values.tolist()
+
+
 def subset(split: EncodedSplit, count: int, seed: int = 0) -> EncodedSplit:
-    """A fixed random `count` examples (the same for every fine-tuning seed)."""
+    """The examples `chosen_rows` picks."""
     if count >= len(split):
         return split
-    chosen = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))[:count].sort().values
-    rows = chosen.tolist()
+    rows = chosen_rows(len(split), count, seed)
     token_types = None if split.token_type_ids is None else [split.token_type_ids[i] for i in rows]
     scoring = None if split.scoring is None else [split.scoring[i] for i in rows]
-    return EncodedSplit([split.input_ids[i] for i in rows], split.labels[chosen], split.source, token_types, scoring)
+    return EncodedSplit([split.input_ids[i] for i in rows], split.labels[rows], split.source, token_types, scoring)
 
 
 def training_batches(

@@ -13,7 +13,7 @@ import torch
 from cramming.engine.device import prepare_device
 from cramming.engine.precision import Precision
 from cramming.errors import CrammingError
-from cramming.eval.batching import subset
+from cramming.eval.batching import chosen_rows
 from cramming.eval.compiled import compiles
 from cramming.eval.config import protocol_deviations
 from cramming.eval.encoders import PretrainedEncoder, open_encoder
@@ -22,7 +22,7 @@ from cramming.eval.parameter_efficient import FULL_FINE_TUNING, LoraSettings, pa
 from cramming.eval.report import write_reports
 from cramming.eval.start import check_encoder_fits, glue_start
 from cramming.eval.submission import zip_submission
-from cramming.eval.tasks.base import DataMissing, Task, TaskData
+from cramming.eval.tasks.base import DataMissing, Task, TaskData, take
 from cramming.eval.tasks.glue import PROTOCOL_NUMBERS, glue_average
 from cramming.eval.tasks.registry import TASK_NAMES, GlueConfig, as_glue_config, task_named
 from cramming.eval.tasks.superglue import SCORE_METRICS, superglue_score
@@ -149,9 +149,10 @@ def _run_task(
     started = time.perf_counter()
     task = task_data.task
     tokenizer = encoder.tokenizer
-    train = task.encode(task_data.train, tokenizer, cfg.max_length)
-    if cfg.max_train_examples is not None:
-        train = subset(train, cfg.max_train_examples)
+    examples = task_data.train
+    if cfg.max_train_examples is not None:  # before encoding: a capped run tokenizes only what it trains on
+        examples = take(examples, chosen_rows(len(examples), cfg.max_train_examples))
+    train = task.encode(examples, tokenizer, cfg.max_length)
     evaluations = {name: task.encode(split, tokenizer, cfg.max_length) for name, split in task_data.evaluations.items()}
 
     histories, predictions, parameters = {}, None, None

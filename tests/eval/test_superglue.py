@@ -12,16 +12,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from cramming.errors import CrammingError
+from cramming.eval.batching import chosen_rows, subset
 from cramming.eval.encoders import open_encoder
 from cramming.eval.run import glue_dev_scores
+from cramming.eval.tasks.base import take
 from cramming.eval.tasks.registry import TASK_NAMES, task_named
 from cramming.eval.tasks.superglue import SCORE_METRICS
 from tests.commands import in_process
 
 from .conftest import make_checkpoint
 from .superglue_files import all_texts, write_jsonl, write_race, write_superglue
+from .test_swag import swag_rows, write_csv
 
 REPO = Path(__file__).resolve().parents[2]
 SUPERGLUE = ["boolq", "cb", "copa", "multirc", "record", "rte", "wic", "wsc", "axb", "axg"]
@@ -96,6 +100,32 @@ def test_each_official_metric_on_predictions_checked_by_hand(checkpoint, tmp_pat
     # middle's two questions (A, D) are read first, then high's (A, D); predicted A, D | A, A
     assert scored("race", tmp_path, np.eye(4)[[0, 3, 0, 0]], tokenizer) == pytest.approx(
         {"accuracy": 75.0, "accuracy_middle": 100.0, "accuracy_high": 50.0})
+
+
+def test_a_capped_train_split_is_taken_before_encoding_and_encodes_as_the_cap_of_the_whole(checkpoint, data_dir,
+                                                                                          tmp_path):
+    """eval.max_train_examples takes its examples before the tokenizer runs (eval/run.py), so a smoke run on a
+    large task tokenizes what it trains on. For every split type the taken examples encode to the very rows the
+    same cap picks from the whole split's encoding: one encoded row an example (MultiRC and ReCoRD are read as
+    one example an answer candidate)."""
+    write_csv(tmp_path / "SWAG" / "train.csv", swag_rows(12))
+    write_csv(tmp_path / "SWAG" / "val.csv", swag_rows(4, seed=1))
+    tokenizer = open_encoder(str(checkpoint), 0.1).tokenizer
+    folders = {name: data_dir for name in SUPERGLUE if not name.startswith("ax")} | {"race": data_dir, "swag": tmp_path}
+    split_types = set()
+    for name, folder in folders.items():
+        task = task_named(name)()
+        examples = task.load(str(folder), 0.0).train
+        whole = task.encode(examples, tokenizer, 128)
+        assert len(whole) == len(examples) > 4, name
+        cap = len(examples) // 2
+        taken = task.encode(take(examples, chosen_rows(len(examples), cap)), tokenizer, 128)
+        capped = subset(whole, cap)
+        assert taken.input_ids == capped.input_ids and torch.equal(taken.labels, capped.labels), name
+        assert (taken.token_type_ids, taken.scoring) == (capped.token_type_ids, capped.scoring), name
+        assert len(take(examples, chosen_rows(len(examples), 10 ** 6))) == len(examples)  # a cap above: all of it
+        split_types.add(type(examples).__name__)
+    assert split_types == {"TextSplit", "Examples", "ChoiceSplit", "RaceSplit"}
 
 
 def test_the_superglue_score_averages_each_tasks_metrics():

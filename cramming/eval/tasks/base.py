@@ -5,6 +5,7 @@ GLUE's nine tasks (glue.py), SuperGLUE's (superglue.py and the files it names), 
 race.py) are Tasks; registry.py names them for `eval.tasks`, and eval/run.py runs every one the same way.
 """
 
+import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,9 +38,16 @@ class EvalSplit:
 @dataclass
 class TaskData:
     task: "Task"
-    train: Any  # the task's own split type: len() examples, `source`, `skipped_rows`
+    train: Any  # the task's own split type: len() examples, `per_example` (take), `source`, `skipped_rows`
     evaluations: dict[str, Any]  # by EvalSplit.name
     missing_evaluations: dict[str, str]  # EvalSplit.name -> why it is missing
+
+
+def take(split: Any, rows: list[int]) -> Any:
+    """Examples `rows` of a split of any task (its fields named in `per_example`, one entry an example, indexed;
+    the others kept): a subset taken before encoding, so a smoke run tokenizes what it trains on."""
+    return dataclasses.replace(split, **{name: [getattr(split, name)[row] for row in rows]
+                                         for name in split.per_example if getattr(split, name) is not None})
 
 
 class DataMissing(Exception):

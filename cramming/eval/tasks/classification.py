@@ -9,7 +9,7 @@ same pooler and head in every code path); what it trained is saved as a transfor
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import ClassVar, Optional, Union
 
 import torch
 from torch import nn
@@ -25,6 +25,7 @@ from cramming.model.quantize import auto_class
 class TextSplit:
     """The examples of one split, column-wise."""
 
+    per_example: ClassVar[tuple[str, ...]] = ("text_a", "text_b", "labels")  # base.take
     text_a: list[str]
     text_b: Optional[list[str]]
     labels: list[Union[int, float]]

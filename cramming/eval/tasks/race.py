@@ -16,7 +16,7 @@ answer outside A-D is malformed under tables.py's rule (counted by question).
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 import numpy as np
 
@@ -36,6 +36,7 @@ ANSWERS = ("A", "B", "C", "D")
 class RaceSplit:
     """The questions of one split: its article, the question, four options, the right one, the level."""
 
+    per_example: ClassVar[tuple[str, ...]] = ("articles", "questions", "options", "labels", "levels")  # base.take
     articles: list[str] = field(default_factory=list)
     questions: list[str] = field(default_factory=list)
     options: list[tuple[str, ...]] = field(default_factory=list)

@@ -18,7 +18,7 @@ import logging
 from abc import abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import numpy as np
 import torch
@@ -53,6 +53,7 @@ class Row:
 class Examples:
     """The examples of one split."""
 
+    per_example: ClassVar[tuple[str, ...]] = ("rows",)  # base.take
     rows: list[Row]
     source: str  # file path or hub split, for messages
     skipped_rows: list[int] = field(default_factory=list)  # lines of tolerated malformed ones

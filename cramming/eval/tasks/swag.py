@@ -10,7 +10,7 @@ as tables.py reads CSV (its malformed-row rule included).
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 from cramming.errors import CrammingError
 from cramming.eval.batching import EncodedSplit
@@ -28,6 +28,7 @@ COLUMNS = ("sent1", "sent2", *ENDINGS, "label")  # of the official CSV header (i
 class ChoiceSplit:
     """The examples of one split: a context (sent1), the start of every ending (sent2), four endings."""
 
+    per_example: ClassVar[tuple[str, ...]] = ("contexts", "starts", "endings", "labels")  # base.take
     contexts: list[str]
     starts: list[str]
     endings: list[tuple[str, ...]]

@@ -17,7 +17,6 @@ One concept, the check of a run before it starts, kept whole so that everything 
 """
 
 import dataclasses
-import json
 import logging
 import netrc
 import os
@@ -176,17 +175,19 @@ def _dataset_need(cfg) -> DiskNeed:
     final_dir = dataset_folder(data, str(where), source)
     if final_dir is None:
         return DiskNeed("the prepared dataset (a hub corpus: size unknown until read)", where, None)
-    if (final_dir / store.META_FILE).exists():
-        meta = json.loads((final_dir / store.META_FILE).read_text())
-        return DiskNeed("the prepared dataset (cached)", where, 0, meta["tokens_packed"])
+    cached = store.cached_dataset(final_dir)
+    if cached is not None:
+        return DiskNeed("the prepared dataset (cached)", where, 0, cached.meta["tokens_packed"])
+    damaged = (f"its cached copy in {final_dir} is damaged and will be rebuilt: "
+               if (final_dir / store.META_FILE).exists() else "")
     text = source.total_bytes()
     if text is None:
-        return DiskNeed("the prepared dataset (size unknown until read)", where, None)
+        return DiskNeed(f"the prepared dataset ({damaged}size unknown until read)", where, None)
     tokens = text / CHARACTERS_PER_TOKEN
     if data.max_tokens is not None:
         tokens = min(tokens, data.max_tokens)
-    return DiskNeed(f"the prepared dataset (about {size_text(tokens, '')} tokens from {size_text(text)} of text)",
-                    where, int(tokens * BYTES_PER_TOKEN), tokens)
+    return DiskNeed(f"the prepared dataset ({damaged}about {size_text(tokens, '')} tokens from {size_text(text)} of "
+                    "text)", where, int(tokens * BYTES_PER_TOKEN), tokens)
 
 
 def _checkpoints_need(cfg) -> DiskNeed:

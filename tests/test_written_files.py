@@ -1,5 +1,6 @@
-"""Every file the project writes and later reads back — run directories, checkpoints, the dataset cache,
-the microbatch cache, golden files — corrupted, truncated or replaced by the wrong type: each ends in one
+"""Every file the project writes and later reads back — run directories, checkpoints, the microbatch cache,
+golden files; the dataset cache in tests/data/test_damaged_dataset.py — corrupted, truncated or replaced by the
+wrong type: each ends in one
 line `error: ...` naming the file, or in a clean rebuild, never a traceback or a silently wrong result.
 The commands run through their real entry points in this process (as tests/test_bad_inputs.py does)."""
 
@@ -7,7 +8,6 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from cramming import golden
@@ -16,7 +16,7 @@ from cramming.errors import CrammingError
 from cramming.pretraining import pretrain as pretrain_in_process
 from cramming.train.microbatch import CACHE_FILE, cached_search
 from tests.test_bad_inputs import COMMANDS, GLUE_DIR, run_command
-from tests.train.runs import STEP_RUN, TINY_DATA, compose_config
+from tests.train.runs import STEP_RUN, compose_config
 
 COMMANDS.setdefault("compare_runs", compare_runs)
 
@@ -115,25 +115,6 @@ def test_a_directory_where_the_heartbeat_goes_is_one_line_naming_it(made, tmp_pa
     code, output = resume(made, tmp_path, run_dir)
     assert code == 2 and "Traceback" not in output, output
     assert output.strip().splitlines()[-1] == f"error: cannot use {run_dir / 'heartbeat.json'}: Is a directory"
-
-
-DATASET_DAMAGE = [  # (file of the prepared dataset, damage): each is rebuilt, the same dataset again
-    ("meta.json", json_list), ("meta.json", truncate), ("order.npy", truncate), ("rows.bin", truncate),
-    ("token_counts.npy", directory_instead), ("tokenizer.json", json_list),
-]
-
-
-@pytest.mark.parametrize(("name", "damage"), DATASET_DAMAGE, ids=[f"{n}-{d.__name__}" for n, d in DATASET_DAMAGE])
-def test_a_damaged_file_of_a_prepared_dataset_is_rebuilt(made, tmp_path, name, damage):
-    cache = tmp_path / "cache"
-    shutil.copytree(made["cache"], cache)
-    (dataset,) = (path.parent for path in (cache / "data").glob("*/meta.json"))
-    rows = np.fromfile(dataset / "rows.bin", dtype=np.uint16)
-    damage(dataset / name)
-    code, output = run_command("prepare_data", *TINY_DATA, f"cache_dir={cache}")  # made's
-    assert code == 0 and "Traceback" not in output, output
-    assert "rebuilding it" in output and "prepared now" in output
-    assert np.array_equal(np.fromfile(dataset / "rows.bin", dtype=np.uint16), rows)
 
 
 @pytest.mark.parametrize("content", ["{", "[1, 2]", '{"key": {"microbatch_size": "many"}}', '{"key": 7}'])

@@ -8,6 +8,7 @@ the poorer use of the device by small batches. Constants are fitted per profile 
 space from timed training steps, and stored as JSON under <cache_dir>/calculator/<profile>.json.
 """
 
+import dataclasses
 import json
 import math
 from dataclasses import asdict, dataclass, replace
@@ -18,6 +19,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from cramming.errors import CrammingError
+from cramming.files import read_json_object, write_atomically
 from cramming.hardware import GpuProfile
 from cramming.model import ModelConfig, training_flops_per_token
 
@@ -109,17 +111,28 @@ def save_measurement(cache_dir: str, model: SpeedModel, record: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"profile": model.profile, "constants": asdict(model.constants), "source": model.source,
                "fit_error": model.fit_error, **record}
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    write_atomically(path, json.dumps(payload, indent=2) + "\n")
     return path
 
 
 def load_measurement(cache_dir: str, profile: str) -> Optional[SpeedModel]:
+    """The stored fit of `profile` (None where there is none), verified: a damaged file is refused, never used."""
     path = constants_path(cache_dir, profile)
     if not path.is_file():
         return None
-    payload = json.loads(path.read_text())
-    constants = SpeedConstants(**payload["constants"])
-    return SpeedModel(profile, constants, payload["source"], payload["fit_error"])
+    try:
+        payload = read_json_object(path)
+        constants = payload.get("constants")
+        fields = [field.name for field in dataclasses.fields(SpeedConstants)]
+        if not (isinstance(constants, dict) and sorted(constants) == sorted(fields)
+                and all(type(constants[name]) in (int, float) and math.isfinite(constants[name]) for name in fields)
+                and isinstance(payload.get("source"), str)
+                and (payload.get("fit_error") is None or type(payload["fit_error"]) in (int, float))):
+            raise CrammingError(f"{path}: its constants, source or fit_error are missing or of the wrong type")
+    except CrammingError as problem:
+        raise CrammingError(f"{problem}; the calculator does not use it: measure again with fit=true on that device "
+                            "(it rewrites the file), or delete it") from None
+    return SpeedModel(profile, SpeedConstants(**constants), payload["source"], payload["fit_error"])
 
 
 def resolve_speed_model(profile: GpuProfile, profiles: dict[str, GpuProfile], cache_dir: str) -> SpeedModel:

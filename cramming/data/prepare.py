@@ -68,15 +68,17 @@ def first_look_before_preparing(cfg: DataBaseConfig, cache_dir: str) -> FirstLoo
     network would tell (preflight=true reads a hub corpus's first records)."""
     source = source_from_config(cfg)
     folder = dataset_folder(cfg, cache_dir, source)
-    if folder is None or (folder / store.META_FILE).exists():
+    if folder is None or store.cached_dataset(folder) is not None:
         return None
     return look_once(cfg, source, folder)
 
 
 def cached_tokenizer(cfg: DataBaseConfig, cache_dir: str) -> Path | None:
-    """The tokenizer.json of the prepared dataset of `cfg` where the cache holds it (None otherwise)."""
+    """The tokenizer.json of the prepared dataset of `cfg` where the cache holds it whole, its hash verified
+    (None otherwise: a damaged one is rebuilt by the preparation)."""
     folder = dataset_folder(cfg, cache_dir, source_from_config(cfg))
-    return folder / store.TOKENIZER_FILE if folder is not None and (folder / store.META_FILE).exists() else None
+    dataset = store.cached_dataset(folder) if folder is not None else None
+    return dataset.tokenizer_path if dataset is not None and dataset.hash_matches(store.TOKENIZER_FILE) else None
 
 
 def prepare_dataset(cfg: DataBaseConfig, cache_dir: str, verify: bool = True) -> tuple[store.PreparedDataset, bool]:

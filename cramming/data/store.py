@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from cramming.data.config import FilterConfig, TokenizerConfig
 from cramming.data.sources import DataConfig
 from cramming.errors import CrammingError
+from cramming.files import read_json_object
 
 FORMAT_VERSION = 2  # 2: deterministic tokenizer training
 EXECUTION_ONLY_KEYS = ("batch_mb",)  # change how fast, not what is produced
@@ -78,6 +79,47 @@ def file_sha256(path: Path, chunk_bytes: int = 1 << 24) -> str:
     return digest.hexdigest()
 
 
+META_TYPES = {"format_version": int, "meta_sha256": str, "config": dict, "seq_length": int, "vocab_size": int,
+              "num_rows": int, "tokens_packed": int, "sha256": dict, "bytes": dict}  # what readers index
+
+
+def read_meta(path: str | Path) -> dict:
+    """The meta.json of the dataset directory `path`, verified: JSON, an object of this format, its own
+    SHA-256 matching, the fields readers use of their types. Every reader of a cached dataset's meta.json
+    comes through here; anything else is a CrammingError naming the file (truncated, corrupt, stale, changed)."""
+    file = Path(path) / META_FILE
+    try:
+        meta = read_json_object(file)
+    except FileNotFoundError:
+        raise CrammingError(f"no prepared dataset at {path} (meta.json missing)") from None
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CrammingError(f"{path} has format {meta.get('format_version')}, expected {FORMAT_VERSION}")
+    if "meta_sha256" not in meta:
+        raise CrammingError(f"{path} was prepared before meta.json carried its own SHA-256")
+    if meta["meta_sha256"] != meta_sha256(meta):
+        raise CrammingError(f"{file} does not match the SHA-256 recorded when it was prepared: the dataset was "
+                            "changed or damaged")
+    wrong = [key for key, kind in META_TYPES.items() if type(meta.get(key)) is not kind]  # (a bool is no int)
+    sizes = meta["bytes"] if isinstance(meta.get("bytes"), dict) else {}
+    wrong += [f"bytes.{name}" for name in HASHED_FILES if name != ROWS_FILE and type(sizes.get(name)) is not int]
+    if wrong:
+        raise CrammingError(f"{file}: {', '.join(wrong)} missing or of the wrong type: the dataset is damaged")
+    return meta
+
+
+def cached_dataset(final_dir: Path) -> "PreparedDataset | None":
+    """The dataset the cache holds in `final_dir` if it opens (meta.json verified, every file of its size);
+    None where it is absent or damaged, which the preparation then rebuilds. For what reads the cache before
+    the preparation does (the start's checks, the disk estimate): nothing damaged is trusted, and nothing is
+    refused that the preparation would repair."""
+    if not (final_dir / META_FILE).exists():
+        return None
+    try:
+        return PreparedDataset.open(final_dir)
+    except CrammingError:
+        return None
+
+
 @dataclass
 class PreparedDataset:
     """A finished dataset directory: rows (memory-mapped), their training order, and the tokenizer."""
@@ -89,39 +131,31 @@ class PreparedDataset:
     def open(cls, path: str | Path, verify_hashes: bool = False) -> "PreparedDataset":
         """Open a complete dataset directory; CrammingError if it is missing, partial, stale or damaged.
 
-        meta.json's own checksum and every file's size are checked on every open; with verify_hashes, every
+        meta.json (read_meta) and every file's size are checked on every open; with verify_hashes, every
         file's SHA-256 too, and every token id against the vocabulary (a meta.json that does not fit its
         rows would crash training in the embedding).
         """
         path = Path(path)
-        try:
-            meta = json.loads((path / META_FILE).read_text())
-        except FileNotFoundError:
-            raise CrammingError(f"no prepared dataset at {path} (meta.json missing)") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise CrammingError(f"{path / META_FILE} is corrupt: {error}") from None
-        if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
-            found = meta.get("format_version") if isinstance(meta, dict) else None
-            raise CrammingError(f"{path} has format {found}, expected {FORMAT_VERSION}")
-        if "meta_sha256" not in meta:
-            raise CrammingError(f"{path} was prepared before meta.json carried its own SHA-256")
-        if meta["meta_sha256"] != meta_sha256(meta):
-            raise CrammingError(f"{path / META_FILE} does not match the SHA-256 recorded when it was prepared: the "
-                                "dataset was changed or damaged")
-        sizes = {**meta["bytes"], ROWS_FILE: meta["num_rows"] * meta["seq_length"] * 2}
+        meta = read_meta(path)
         for name in HASHED_FILES:
             if not (path / name).is_file():
                 raise CrammingError(f"{path / name} is missing: the dataset is damaged")
             size = (path / name).stat().st_size
-            if name in sizes and size != sizes[name]:
-                raise CrammingError(f"{path / name} has {size} bytes, expected {sizes[name]}: the dataset is damaged")
+            expected = meta["bytes"][name] if name != ROWS_FILE else meta["num_rows"] * meta["seq_length"] * 2
+            if size != expected:
+                raise CrammingError(f"{path / name} has {size} bytes, expected {expected}: the dataset is damaged")
+        dataset = cls(path, meta)
         if verify_hashes:
             for name in HASHED_FILES:
-                if file_sha256(path / name) != meta["sha256"].get(name):
+                if not dataset.hash_matches(name):
                     raise CrammingError(f"{path / name} does not match the SHA-256 recorded when it was prepared: "
                                         "the dataset was changed or damaged")
-            cls(path, meta).check_token_ids()
-        return cls(path, meta)
+            dataset.check_token_ids()
+        return dataset
+
+    def hash_matches(self, name: str) -> bool:
+        """Whether the file `name` of the dataset still has the SHA-256 recorded when it was prepared."""
+        return file_sha256(self.path / name) == self.meta["sha256"].get(name)
 
     def check_token_ids(self) -> None:
         """Every token id in the rows below meta.json's vocab_size, the size of the model's embedding."""

@@ -202,3 +202,18 @@ def test_check_run_refuses_a_run_of_another_device(straight_run, tmp_path):
                          f"output_dir={tmp_path / 'out'}", cwd=REPO)
         assert run.returncode == 2 and "Traceback" not in run.stderr
         assert run.stderr.strip().splitlines()[-1].startswith(message)
+
+
+@pytest.mark.parametrize("content", ['{"profile": "cpu", "constants": {"k": 2.', "not json", "[]",
+                                     '{"constants": {"k": "fast", "a": 1, "b": 1, "c": 1}, "source": "x"}'],
+                         ids=["truncated", "not-json", "a-list", "wrong-types"])
+def test_a_damaged_fit_is_one_line_naming_it_and_how_to_measure_again(tmp_path, content):
+    fit = tmp_path / "cache" / "calculator" / "cpu.json"
+    fit.parent.mkdir(parents=True)
+    fit.write_text(content)
+    result = in_process("calculator", "gpu=cpu", "budget=1", f"cache_dir={tmp_path / 'cache'}",
+                        f"output_dir={tmp_path / 'out'}", cwd=REPO)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {fit}") and "measure again with fit=true" in last, last
+    assert not (tmp_path / "out").exists()

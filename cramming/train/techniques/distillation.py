@@ -17,10 +17,10 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
-from tokenizers import Tokenizer
 
 from cramming.data.mlm import IGNORE_INDEX, labels_at_logits, logits_at_masks
 from cramming.data.prepare import cached_tokenizer
+from cramming.data.tokenizer import load_tokenizer
 from cramming.errors import CrammingError, require
 from cramming.model.checkpoint import WEIGHTS_NAME, load_pretrained, read_config, read_tokenizer
 from cramming.model.crammed_bert import CrammedForMaskedLM
@@ -89,7 +89,7 @@ class Distillation(Technique):
                                 "student's tokenizer; distill on the data the teacher was pretrained on")
         ours = cached_tokenizer(OmegaConf.to_object(cfg.data) if OmegaConf.is_config(cfg.data) else cfg.data,
                                 str(cfg.cache_dir))
-        if ours is not None and Tokenizer.from_file(str(ours)).get_vocab() != read_tokenizer(teacher).get_vocab():
+        if ours is not None and load_tokenizer(ours).get_vocab() != read_tokenizer(teacher).get_vocab():
             raise CrammingError(f"{key} was trained with another tokenizer than this dataset's: distill on the data "
                                 "the teacher was pretrained on")
 

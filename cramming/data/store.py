@@ -183,6 +183,10 @@ class PreparedDataset:
     def order(self) -> np.ndarray:
         return np.load(self.path / ORDER_FILE, mmap_mode="r")
 
+    def token_counts(self) -> np.ndarray:
+        """How often each token id occurs in the packed rows, (vocab_size,) int64, counted while they were packed."""
+        return np.load(self.path / COUNTS_FILE)
+
     @property
     def held_out_rows(self) -> int:
         """Rows at the end of the stored order that training never reads (data.validation_rows, at most a

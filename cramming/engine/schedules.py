@@ -58,6 +58,17 @@ def lr_multiplier(schedule: str, fraction: float, warmup_fraction: float = 0.1) 
     return _cosine_between(1.0, 0.0, (f - warmup_fraction) / (1.0 - warmup_fraction))
 
 
+CLIP_SCHEDULES = ("constant", "lr")
+
+
+def clip_threshold(schedule: str, grad_clip: float | None, lr_multiple: float) -> float | None:
+    """The gradient-norm clip at a step: grad_clip throughout (constant), or scaled by the lr's multiplier at the
+    step (lr: the clip follows the lr, so the largest update AdamW's normalisation lets through shrinks with it)."""
+    if grad_clip is None or schedule == "constant":
+        return grad_clip
+    return grad_clip * lr_multiple
+
+
 def _cosine_between(start: float, end: float, t: float) -> float:
     """From start at t = 0 to end at t = 1 along half a cosine."""
     return end + (start - end) * 0.5 * (1.0 + math.cos(math.pi * t))

@@ -28,6 +28,7 @@ class StepState:
     device: torch.device
     accumulate: int = 1  # microbatches (on every rank) planned for the step
     lr: float | None = None  # set on the optimizer as the step begins (None: the caller's scheduler sets it)
+    grad_clip: float | None = None  # the max gradient norm of this step (None: the Step's own grad_clip)
     step_loss: torch.Tensor | None = None  # mean loss, on the device (reading it would wait for the GPU)
     step_microbatches: int = 0  # microbatches run: fewer than planned when the budget ended mid-step
     grad_norm: torch.Tensor | None = None  # before clipping, on the device
@@ -119,10 +120,12 @@ class Step:
         # Unscale and clip; a non-finite loss or gradient norm leaves the weights and the optimizer state as they
         # were (a finite loss can still have non-finite gradients, weights near overflow, which would write NaN).
         state.grad_norm, state.step_finite = None, None
-        if self.skip_nonfinite or self.grad_clip is not None:
+        clip = self.grad_clip if state.grad_clip is None else state.grad_clip
+        if self.skip_nonfinite or clip is not None:
             self.scaler.unscale_(self.optimizer)
             # the norm before clipping, for the metrics record (left on the device: reading it would wait)
-            state.grad_norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), self.grad_clip or float("inf"))
+            state.grad_norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(),
+                                                             float("inf") if clip is None else clip)
         if self.skip_nonfinite:
             # under fp16 the loss scaler skips an overflowing step itself and lowers its scale: finite there
             gradient_finite = torch.isfinite(state.grad_norm) | self.scaler.is_enabled()

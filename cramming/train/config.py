@@ -11,7 +11,7 @@ from typing import Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from cramming.engine.schedules import check_lr_schedule
+from cramming.engine.schedules import CLIP_SCHEDULES, check_lr_schedule
 from cramming.errors import require
 from cramming.plugin_keys import with_settings
 from cramming.train.optimizers import NAMES, OPTIMIZERS
@@ -43,6 +43,7 @@ class OptimConfig:
     momentum: Optional[float] = None  # sgd-nesterov, muon
     decay_embeddings: bool = True  # false: no weight decay on embedding tables either
     grad_clip: Optional[float] = 0.5  # max global gradient norm; null disables
+    clip_schedule: str = "constant"  # constant: grad_clip throughout | lr: grad_clip x the lr's multiplier at f
 
     def check(self) -> None:
         """The keys the optimizer reads set and the others null, then each value in its domain."""
@@ -60,6 +61,10 @@ class OptimConfig:
             (self.weight_decay >= 0, f"train.optim.weight_decay={self.weight_decay} must not be negative"),
             (self.grad_clip is None or self.grad_clip > 0,
              f"train.optim.grad_clip={self.grad_clip} must be positive (or null: no clipping)"),
+            (self.clip_schedule in CLIP_SCHEDULES,
+             f"train.optim.clip_schedule={self.clip_schedule!r} is unknown; choose one of {', '.join(CLIP_SCHEDULES)}"),
+            (self.clip_schedule == "constant" or self.grad_clip is not None,
+             f"train.optim.clip_schedule={self.clip_schedule} scales train.optim.grad_clip, which is null"),
         ])
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cramming.engine.schedules import accumulation_steps, fitted_batch_size, lr_multiplier
+from cramming.engine.schedules import accumulation_steps, clip_threshold, fitted_batch_size, lr_multiplier
 from cramming.engine.step import Step
 from cramming.train.callbacks import Callback, CallbackList, TrainState
 from cramming.train.stopping import LocalAgreement
@@ -26,6 +26,10 @@ class Schedule:
     def lr(self, fraction: float) -> float:
         train = self.train_cfg
         return train.optim.lr * lr_multiplier(train.lr_schedule, fraction, train.warmup_fraction)
+
+    def grad_clip(self, fraction: float) -> float | None:
+        optim = self.train_cfg.optim
+        return clip_threshold(optim.clip_schedule, optim.grad_clip, self.lr(fraction) / optim.lr)
 
     def observe(self, fraction: float, sequences_done: float) -> None:
         """Project the run's sequences from its pace so far, compilation included (so early on, an
@@ -80,6 +84,7 @@ def run_loop(state: TrainState, step: Step, agreement: LocalAgreement, schedule:
         state.fraction = agreement.fraction(progress)
         schedule.observe(state.fraction, progress.tokens / tokens_per_microbatch * schedule.sequences_per_microbatch)
         state.lr, state.accumulate = schedule.lr(state.fraction), schedule.accumulate(state.fraction)
+        state.grad_clip = schedule.grad_clip(state.fraction)
         callbacks.before_step(state)
         step.run(state, state.clock.paused_seconds)
         if state.nonfinite.due(progress.step + 1):  # may stop a diverged run (nonfinite.NonFiniteSteps)

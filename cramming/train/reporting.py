@@ -224,7 +224,8 @@ class MetricsLogger(Callback):
     def after_step(self, state: TrainState) -> None:
         if len(self.first_steps) < TIMED_FIRST_STEPS:
             self.first_steps.append((state.clock.elapsed - self.step_started, state.step_microbatches))
-        clipped = state.grad_norm > self.grad_clip if self.grad_clip else torch.zeros((), device=self.sums.device)
+        limit = self.grad_clip if state.grad_clip is None else state.grad_clip  # the step's (train.optim.clip_schedule)
+        clipped = state.grad_norm > limit if self.grad_clip else torch.zeros((), device=self.sums.device)
         step_sums = torch.stack([state.step_loss.float(), state.grad_norm.float(), clipped.float(),
                                  torch.ones((), device=self.sums.device)])
         self.sums += torch.where(state.step_finite, step_sums, 0.0)  # on the device: no wait for the flag

@@ -54,7 +54,7 @@ from cramming.train.stopping import LocalAgreement, StoppingRule
 from cramming.train.stopping import agreement as rank_agreement
 from cramming.train.summary import RunFacts, leave_record, peak_memory_gb
 from cramming.train.techniques import (RunContext, Technique, build_techniques, check_technique_inputs, data_stream,
-                                       extra_memory, prepare_model, wrap_optimizer)
+                                       extra_memory, prepare_model, see_data, wrap_optimizer)
 from cramming.train.telemetry import TelemetrySampler
 from cramming.train.validation import Validation
 
@@ -165,6 +165,7 @@ def build_run(cfg, dist: Distributed, start: RunStart) -> Run:
     dist.join(settings.device)
     handoff.remove()
     check_technique_inputs(cfg)  # again on the data now prepared (a teacher's tokenizer), before the run folder exists
+    see_data(techniques, dataset)  # e.g. the unigram bias's counts
     vocab_size, seq_length = dataset.meta["vocab_size"], dataset.seq_length
     tokenizer = as_transformers_tokenizer(load_tokenizer(dataset.tokenizer_path), seq_length)
 

@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 from cramming.data.prepare import prepare_dataset
 from cramming.data.stream import Microbatches
+from cramming.engine.schedules import clip_threshold
 from cramming.errors import CrammingError
 from cramming.model import build_mlm_model
 from cramming.model.checkpoint import load_pretrained, read_config
@@ -26,11 +27,13 @@ from cramming.train.techniques.distillation import distillation_loss
 from cramming.train.techniques.ema import Ema
 from cramming.train.techniques.importance_sampling import ImportanceSampling
 from cramming.train.techniques.layer_drop import drop_rates
+from cramming.train.techniques.mask_schedule import MaskSchedule, rate_at
 from cramming.train.techniques.sam import SharpnessAware
 from cramming.train.techniques.sophia_hessian import SophiaHessian
 from cramming.train.techniques.sparsity import (Sparsity, gradual_density, lottery_ticket, magnitude_mask,
                                                  two_of_four_mask)
 from cramming.train.techniques.stacking import Stacking
+from cramming.train.techniques.unigram_bias import log_unigram
 from cramming.train.techniques.z_loss import z_penalty
 from tests.conftest import REPO_ROOT
 from tests.test_bad_inputs import run_command
@@ -44,6 +47,9 @@ UNDER_THE_CLOCK = {
         "train.layer_drop.max_rate=0.5", "arch.num_layers=4", "train.sparsity.method=magnitude",
         "train.sparsity.density=0.25", "train.sparsity.start=0", "train.sparsity.end=0.5"],
     "stacking+z-loss": ["train.stacking.stages=[2,4]", "arch.num_layers=4", "train.z_loss.weight=1e-4"],
+    "unigram-bias+mask-schedule+clip-follows-lr": [
+        "arch.decoder_bias=true", "train.unigram_bias=true", "train.mask_schedule=[0.3,0.2]",
+        "train.optim.clip_schedule=lr"],
 }
 STEPS = STEP_RUN + ["train.batch_size=16"]  # one microbatch a step: short
 
@@ -492,3 +498,49 @@ def test_z_loss_adds_the_mean_squared_log_normalizer_and_resumes_exactly(shared_
     penalized, plain = records(straight)[0]["loss"], records(plain_run)[0]["loss"]  # the same first batch and weights
     assert penalized > plain and penalized - plain < 1e-4 * 20**2  # log Z of a fresh model: about log(vocab) < 20
 
+
+
+def test_the_unigram_bias_starts_at_the_datas_log_frequencies_and_resumes_exactly(shared_cache, tmp_path, plain_run):
+    """The bias at step 0 is the centred, add-one smoothed log frequency of the prepared rows' tokens, the special
+    tokens lowest; the first loss is far below the plain run's (the same batch), and a resume continues exactly."""
+    counts = np.array([50, 9, 9, 40, 9, 3, 0, 1], dtype=np.int64)  # ids 0-4 special
+    bias = log_unigram(counts)
+    assert bias.mean().item() == pytest.approx(0, abs=1e-6)
+    assert bias[5] - bias[7] == pytest.approx(math.log(4 / 2)) and (bias[:5] == bias.min()).all()
+    overrides = ["arch.decoder_bias=true", "train.unigram_bias=true", "train.max_steps=3"]
+    straight, resumed = straight_and_resumed(tmp_path, overrides, 3)
+    assert_same_training(straight, resumed)
+    assert records(straight)[0]["loss"] < records(plain_run)[0]["loss"] - 1.5  # 4096 tokens: log 4096 = 8.3 at start
+    code, output = run_command("pretrain", *STEPS, "train.unigram_bias=true", f"output_dir={tmp_path / 'c'}")
+    assert code == 2 and "Traceback" not in output
+    assert output.strip().splitlines()[-1] == ("error: train.unigram_bias=true sets the MLM decoder's bias, which this "
+                                               "arch has none of: add arch.decoder_bias=true")
+
+
+def test_a_mask_schedule_steps_through_its_rates_and_of_one_rate_is_the_plain_run(shared_cache, tmp_path, plain_run):
+    assert [rate_at([0.3, 0.2, 0.1], f) for f in (0, 0.33, 0.34, 0.67, 1.0)] == [0.3, 0.3, 0.2, 0.1, 0.1]
+    same = pretrain(compose_config(STEPS + ["train.max_steps=3", f"output_dir={tmp_path / 'same'}",
+                                            "train.mask_schedule=[0.25]"]))
+    assert_same_training(plain_run, same)  # the stream's rows and seeds: the default masks exactly
+    dataset, _ = prepare_dataset(compose_config(STEPS).data, str(shared_cache))
+    technique = MaskSchedule([0.4, 0.1])
+    stream = technique.stream(Microbatches(dataset, 4, 0, 1, 0.25, seed=0), start=0)
+    counts = []
+    for fraction in (0.0, 0.49, 0.5, 0.99):
+        technique.fraction = fraction
+        counts.append(next(stream)["masked_positions"].shape[1])
+    seq_length = dataset.seq_length
+    assert counts == [round(0.4 * seq_length)] * 2 + [round(0.1 * seq_length)] * 2
+    straight, resumed = straight_and_resumed(tmp_path, ["train.mask_schedule=[0.4,0.1]", "train.max_steps=4"], 3)
+    assert_same_training(straight, resumed)
+
+
+def test_a_clip_that_follows_the_lr_is_the_peak_clip_times_the_lr_multiplier(shared_cache, tmp_path):
+    assert clip_threshold("lr", 0.5, 0.25) == 0.125 and clip_threshold("constant", 0.5, 0.25) == 0.5
+    assert clip_threshold("lr", None, 0.25) is None
+    straight, resumed = straight_and_resumed(tmp_path, ["train.optim.clip_schedule=lr", "train.max_steps=3"], 3)
+    assert_same_training(straight, resumed)
+    code, output = run_command("pretrain", *STEPS, "train.optim.clip_schedule=lr", "train.optim.grad_clip=null",
+                               f"output_dir={tmp_path / 'c'}")
+    assert code == 2 and output.strip().splitlines()[-1] == (
+        "error: train.optim.clip_schedule=lr scales train.optim.grad_clip, which is null")

@@ -13,6 +13,7 @@ import logging
 
 import torch
 
+from cramming.data.store import PreparedDataset
 from cramming.data.stream import Microbatches, microbatch_stream
 from cramming.errors import CrammingError, problems_of, raise_problems
 from cramming.train.optimizers import NAMES
@@ -23,11 +24,13 @@ from cramming.train.techniques.ema import Ema
 from cramming.train.techniques.fp8 import Fp8
 from cramming.train.techniques.importance_sampling import ImportanceSampling
 from cramming.train.techniques.layer_drop import LayerDrop
+from cramming.train.techniques.mask_schedule import MaskSchedule
 from cramming.train.techniques.offload import OffloadOptimizer
 from cramming.train.techniques.sam import SharpnessAware
 from cramming.train.techniques.sophia_hessian import SophiaHessian
 from cramming.train.techniques.sparsity import Sparsity
 from cramming.train.techniques.stacking import Stacking
+from cramming.train.techniques.unigram_bias import UnigramBias
 from cramming.train.techniques.z_loss import ZLoss
 
 log = logging.getLogger("pretrain")
@@ -35,9 +38,11 @@ log = logging.getLogger("pretrain")
 TECHNIQUES: tuple[type[Technique], ...] = (
     SophiaHessian,
     ImportanceSampling,
+    MaskSchedule,
     Sparsity,
     Distillation,
     ZLoss,
+    UnigramBias,
     LayerDrop,
     Stacking,
     SharpnessAware,
@@ -49,7 +54,7 @@ TECHNIQUES: tuple[type[Technique], ...] = (
 
 __all__ = ["TECHNIQUES", "RunContext", "Technique", "build_techniques", "check_on_device", "check_technique_inputs",
            "check_techniques",
-           "data_stream", "extra_memory", "microbatch_key", "optimizer_state_parts", "prepare_model",
+           "data_stream", "extra_memory", "microbatch_key", "optimizer_state_parts", "prepare_model", "see_data",
            "variant_overrides", "wrap_optimizer"]
 
 
@@ -106,6 +111,11 @@ def build_techniques(cfg, run: RunContext) -> list[Technique]:
     """The enabled techniques, in TECHNIQUES' order, each after the checks that need the run's settings."""
     check_on_device(cfg, run.device, run.compile, run.precision, run.world_size)
     return [technique.build(cfg, run) for technique in TECHNIQUES if technique.enabled(cfg)]
+
+
+def see_data(techniques: list[Technique], dataset: PreparedDataset) -> None:
+    for technique in techniques:
+        technique.on_data(dataset)
 
 
 def prepare_model(techniques: list[Technique], model: torch.nn.Module) -> None:

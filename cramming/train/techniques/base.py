@@ -24,6 +24,7 @@ from typing import Any, Iterator
 
 import torch
 
+from cramming.data.store import PreparedDataset
 from cramming.data.stream import Microbatches
 from cramming.plugin_keys import Setting
 from cramming.train.callbacks import Callback
@@ -98,6 +99,9 @@ class Technique(Callback):
     @classmethod
     def build(cls, cfg, run: RunContext) -> "Technique":
         raise NotImplementedError
+
+    def on_data(self, dataset: PreparedDataset) -> None:
+        """The prepared dataset, once it is ready: before the model is built."""
 
     def on_model(self, model: torch.nn.Module) -> None:
         """Model surgery, before the optimizer is built and before any weights are loaded into the model."""

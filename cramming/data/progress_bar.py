@@ -5,27 +5,30 @@
     size known up front      characters read (≈ bytes of English text), of the files' size
     otherwise (a hub stream) documents read and their rate, with the tokens packed so far beside them
 
-Reading runs in a thread of its own (cramming.data.prepare), so `read` and `packed` come from two threads;
+Shown as every long phase is (cramming.phase_progress): a bar on a terminal, a line every few seconds in a log
+file. Reading runs in a thread of its own (cramming.data.prepare), so `read` and `packed` come from two threads;
 each counter has one writer.
 """
 
-from tqdm import tqdm
+import logging
 
 from cramming.data.config import DataBaseConfig
+from cramming.phase_progress import PhaseProgress
+
+log = logging.getLogger("cramming.data.prepare")
 
 
 class PreparationProgress:
     def __init__(self, cfg: DataBaseConfig, total_bytes: int | None, num_sources: int = 1):
         if cfg.max_tokens is not None:
-            self.measure, total, unit = "tokens", cfg.max_tokens, " tokens"
+            self.measure, total = "tokens", cfg.max_tokens
         elif cfg.max_documents is not None:
-            self.measure, total, unit = "documents", cfg.max_documents, " documents"
+            self.measure, total = "documents", cfg.max_documents
         elif total_bytes is not None:
-            self.measure, total, unit = "bytes", total_bytes, "B"
+            self.measure, total = "bytes", total_bytes
         else:
-            self.measure, total, unit = "documents", None, " documents"
-        self.bar = tqdm(total=total, unit=unit, unit_scale=self.measure != "documents", desc="tokenizing",
-                        mininterval=1.0)
+            self.measure, total = "documents", None
+        self.bar = PhaseProgress("tokenizing", total, self.measure, log)
         self.bytes = 0  # characters of the documents read, ≈ bytes (not counting blank lines between them)
         self.read_per_source = [0] * num_sources
         self.tokens = 0
@@ -36,17 +39,17 @@ class PreparationProgress:
         self.bytes += chars
         self.read_per_source[origin] += 1
         if self.measure == "bytes":
-            self.bar.update(chars)
+            self.bar.advance(chars)
         elif self.measure == "documents":
-            self.bar.update(1)
+            self.bar.advance(1)
 
     def packed(self, tokens: int) -> None:
         """Tokens went into the rows (main thread)."""
         self.tokens += tokens
         if self.measure == "tokens":
-            self.bar.update(tokens)
+            self.bar.advance(tokens)
         elif self.bar.total is None:
-            self.bar.set_postfix_str(f"{self.tokens:,} tokens", refresh=False)
+            self.bar.note = f"{self.tokens:,} tokens"
 
     def close(self) -> None:
         self.bar.close()

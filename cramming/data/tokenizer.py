@@ -2,7 +2,8 @@
 cramming.data.vocab (a pretrained one: cramming.data.pretrained_tokenizer)."""
 
 import json
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,10 +12,12 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from cramming.data.config import TOKENIZER_KINDS, NormalizeConfig, TokenizerConfig
 from cramming.data.vocab import CLS_ID, MAX_VOCAB_SIZE, SEP_ID, SPECIAL_TOKENS
 from cramming.errors import CrammingError
+from cramming.phase_progress import PhaseProgress
 
 if TYPE_CHECKING:  # transformers takes about a second to import: only where a tokenizer is wrapped for it
     from transformers import PreTrainedTokenizerFast
 
+log = logging.getLogger("cramming.data.prepare")
 CONTINUING_PREFIX = "##"  # marks a token that continues a word (WordPiece, and our BPE)
 UNIGRAM_SCORE_DIGITS = 6
 
@@ -87,6 +90,13 @@ def _pieces_in_canonical_order(tokenizer: Tokenizer) -> Tokenizer:
     return Tokenizer.from_str(json.dumps(state))
 
 
+def _counted(texts: list[str], progress: PhaseProgress) -> Iterator[str]:
+    """The texts, each counted into the progress as the trainer reads it (its merges come after: not counted)."""
+    for text in texts:
+        progress.advance()
+        yield text
+
+
 def train_tokenizer(texts: Iterable[str], tokenizer_cfg: TokenizerConfig, normalize_cfg: NormalizeConfig) -> Tokenizer:
     """Train on `texts`; fail plainly if the text cannot support the requested vocabulary.
 
@@ -104,7 +114,9 @@ def train_tokenizer(texts: Iterable[str], tokenizer_cfg: TokenizerConfig, normal
     texts = list(texts)  # read twice; bounded by data.tokenizer.train_sample_mb
     tokenizer = _untrained_tokenizer(tokenizer_cfg, normalize_cfg)
     registered = [] if tokenizer_cfg.kind == "unigram" else _continuing_tokens(tokenizer, texts)
-    tokenizer.train_from_iterator(texts, _trainer(tokenizer_cfg, [*SPECIAL_TOKENS, *registered]))
+    with PhaseProgress(f"training the {tokenizer_cfg.kind} tokenizer", len(texts), "lines", log) as progress:
+        trainer = _trainer(tokenizer_cfg, [*SPECIAL_TOKENS, *registered])
+        tokenizer.train_from_iterator(_counted(texts, progress), trainer)
     tokenizer = _pieces_in_canonical_order(tokenizer) if tokenizer_cfg.kind == "unigram" else _without_added(
         tokenizer, registered)
     for expected_id, token in enumerate(SPECIAL_TOKENS):

@@ -11,6 +11,7 @@ tokenizer, give a text file.
 
 import math
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -31,18 +32,24 @@ def pieces(text: str, words_per_piece: int = PIECE_WORDS) -> list[str]:
     return out
 
 
-def bits_per_character(lm: MaskedLM, texts: list[str], method: str = DEFAULT_METHOD, batch_size: int = 256) -> dict:
+def bits_per_character(lm: MaskedLM, texts: list[str], method: str = DEFAULT_METHOD, batch_size: int = 256,
+                       on_rows: Callable[[int], None] | None = None) -> dict:
     """{bits_per_char, bits_per_token, characters, tokens, method} over `texts`: minus their summed PLL, in bits,
-    divided by their characters (their scored tokens)."""
-    texts = [text for text in texts if text.strip()]
-    if not texts:
-        raise CrammingError("bits per character: no text to score")
-    texts = _fitted(lm.tokenizer, texts)
-    scores = score_texts(lm, texts, method, batch_size)
+    divided by their characters (their scored tokens); `on_rows`: as score_texts'."""
+    texts = scored_pieces(lm.tokenizer, texts)
+    scores = score_texts(lm, texts, method, batch_size, on_rows)
     bits = -float(np.sum(scores.pll)) / math.log(2)
     characters, tokens = sum(len(text) for text in texts), int(np.sum(scores.tokens))
     return {"bits_per_char": bits / characters, "bits_per_token": bits / tokens, "characters": characters,
             "tokens": tokens, "method": method}
+
+
+def scored_pieces(tokenizer, texts: list[str]) -> list[str]:
+    """The texts as bits_per_character scores them: the blank ones left out, each cut to fit the positions."""
+    texts = [text for text in texts if text.strip()]
+    if not texts:
+        raise CrammingError("bits per character: no text to score")
+    return _fitted(tokenizer, texts)
 
 
 def _fitted(tokenizer, texts: list[str]) -> list[str]:

@@ -15,6 +15,7 @@ import json
 import logging
 import statistics
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -129,22 +130,34 @@ def _hub_records():
                             "give blimp_dir=<folder of the BLiMP .jsonl files>") from None
 
 
-def score_blimp(lm: MaskedLM, paradigms: list[Paradigm], method: str = DEFAULT_METHOD, batch_size: int = 256) -> dict:
+def blimp_texts(paradigms: list[Paradigm]) -> list[str]:
+    """Every pair's good then bad sentence, paradigm after paradigm."""
+    return [text for paradigm in paradigms for pair in paradigm.pairs for text in (pair.good, pair.bad)]
+
+
+def score_blimp(lm: MaskedLM, paradigms: list[Paradigm], method: str = DEFAULT_METHOD, batch_size: int = 256,
+                on_rows: Callable[[int], None] | None = None) -> dict:
     """{overall, fields, paradigms, pairs, method, rows}: the percentages of pairs right, with blimp.overall the
-    mean over the paradigms scored and each field the mean over its paradigms."""
+    mean over the paradigms scored and each field the mean over its paradigms; `on_rows`: as score_texts'."""
     check_method(method)
-    texts = [text for paradigm in paradigms for pair in paradigm.pairs for text in (pair.good, pair.bad)]
-    scores = score_texts(lm, texts, method, batch_size)
+    scores = score_texts(lm, blimp_texts(paradigms), method, batch_size, on_rows)
     right = scores.pll[0::2] > scores.pll[1::2]  # (pairs,): good above bad; a tie counts as wrong
     by_paradigm, start = {}, 0
     for paradigm in paradigms:
         count = len(paradigm.pairs)
         by_paradigm[paradigm.uid] = 100.0 * float(np.mean(right[start:start + count]))
         start += count
-    fields = {field: statistics.fmean(by_paradigm[p.uid] for p in paradigms if p.field == field)
-              for field in FIELDS if any(p.field == field for p in paradigms)}
-    return {"overall": statistics.fmean(by_paradigm.values()), "fields": fields, "paradigms": by_paradigm,
-            "pairs": int(len(right)), "method": method, "rows": scores.rows}
+    return blimp_result(paradigms, by_paradigm, method, scores.rows)
+
+
+def blimp_result(paradigms: list[Paradigm], by_paradigm: dict[str, float], method: str, rows: int) -> dict:
+    """score_blimp's dict from the percentages of the paradigms scored (`by_paradigm`: UID -> percent; the
+    paradigms not in it, not yet scored, are left out of every mean)."""
+    scored = [paradigm for paradigm in paradigms if paradigm.uid in by_paradigm]
+    fields = {field: statistics.fmean(by_paradigm[p.uid] for p in scored if p.field == field)
+              for field in FIELDS if any(p.field == field for p in scored)}
+    return {"overall": statistics.fmean(by_paradigm.values()), "fields": fields, "paradigms": dict(by_paradigm),
+            "pairs": sum(len(p.pairs) for p in scored), "method": method, "rows": rows}
 
 
 def published(fields: dict[str, str]) -> dict[str, dict]:

@@ -18,6 +18,7 @@ from cramming.eval.config import GlueBaseConfig
 from cramming.engine.precision import Precision
 from cramming.engine.step import Step, StepState
 from cramming.engine.schedules import lr_multiplier
+from cramming.phase_progress import PhaseProgress
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +68,17 @@ def _finetune(classifier, network: CompiledClassifier | None, train, evaluations
         loss_sum = torch.zeros((), device=device)
         batches = training_batches(train, cfg.batch_size, generator, cfg.length_bucketing)
         step.batches = (collate(train, indices, pad_id, static_up_to) for indices in batches)
-        for _ in batches:
-            step.run(state)
-            scheduler.step()
-            loss_sum += state.step_loss.float()
+        with PhaseProgress(f"{describe} epoch {epoch}/{cfg.epochs}", len(batches), "steps", log) as progress:
+            for _ in batches:
+                step.run(state)
+                scheduler.step()
+                loss_sum += state.step_loss.float()
+                progress.advance()
         train_loss = (loss_sum / len(batches)).item()  # waits for the epoch's last step
         trained = time.perf_counter()
         scores = {
-            name: evaluate(classifier, split, name, score, cfg.eval_batch_size, device, precision, pad_id, network)
+            name: evaluate(classifier, split, name, score, cfg.eval_batch_size, device, precision, pad_id, network,
+                           f"{describe} epoch {epoch}/{cfg.epochs}: ")
             for name, split in evaluations.items()
         }
         seconds = time.perf_counter() - started
@@ -97,10 +101,11 @@ def evaluate(
     precision: Precision,
     pad_id: int,
     network: CompiledClassifier | None = None,
+    when: str = "",
 ) -> dict[str, float]:
     """The task's scores (`score`: of the outputs, the labels and the split's `scoring`) of the classifier on one
-    evaluation split (dropout off)."""
-    outputs = predict(classifier, split, name, batch_size, device, precision, pad_id, network)
+    evaluation split (dropout off); `when` begins its progress line."""
+    outputs = predict(classifier, split, name, batch_size, device, precision, pad_id, network, when)
     return score(outputs.numpy(), split.labels.numpy(), split.scoring)
 
 
@@ -114,19 +119,23 @@ def predict(
     precision: Precision,
     pad_id: int,
     network: CompiledClassifier | None = None,
+    when: str = "",
 ) -> torch.Tensor:
     """The classifier's outputs (N, num_labels), or (N, choices), in the split's order (dropout off); non-finite
-    ones are an error naming the task and the file. With `network` (compiled), batches are full and static."""
+    ones are an error naming the task and the file. With `network` (compiled), batches are full and static.
+    `when` begins its progress line."""
     classifier.eval()
     order, outputs = [], []
-    for indices in evaluation_batches(split, batch_size):
-        rows = indices if network is None else filled(indices, batch_size)
-        batch = _to_device(collate(split, rows, pad_id, network and network.max_length), device)
-        with precision.autocast():
-            inputs = {key: value for key, value in batch.items() if key != "labels"}
-            logits = (network or classifier)(**inputs).logits[: len(indices)]  # (B, num_labels), or (B, choices)
-        order += indices
-        outputs.append(logits.float())  # kept on the device: one copy to the host at the end, no wait a batch
+    with PhaseProgress(f"{when}predicting {name}", len(split), "examples", log) as progress:
+        for indices in evaluation_batches(split, batch_size):
+            rows = indices if network is None else filled(indices, batch_size)
+            batch = _to_device(collate(split, rows, pad_id, network and network.max_length), device)
+            with precision.autocast():
+                inputs = {key: value for key, value in batch.items() if key != "labels"}
+                logits = (network or classifier)(**inputs).logits[: len(indices)]  # (B, num_labels), or (B, choices)
+            order += indices
+            outputs.append(logits.float())  # kept on the device: one copy to the host at the end, no wait a batch
+            progress.advance(len(indices))
     every_output = torch.cat(outputs).cpu()
     in_split_order = torch.empty_like(every_output)
     in_split_order[torch.tensor(order)] = every_output

@@ -9,7 +9,7 @@ each row's log-probability is added to its sentence's sum. Padding and batch com
 """
 
 import dataclasses
-from typing import Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -67,16 +67,23 @@ def check_method(method: str, key: str = "method") -> None:
         raise CrammingError(f"{key}={method!r} must be one of {', '.join(METHODS)}")
 
 
+def count_rows(sentences: Sequence[tuple[np.ndarray, np.ndarray]]) -> int:
+    """The masked rows that score these encoded sentences: one per scored (non-special) token."""
+    return sum(int((words >= 0).sum()) for _, words in sentences)
+
+
 @torch.no_grad()
-def score_texts(lm: MaskedLM, texts: Sequence[str], method: str = DEFAULT_METHOD, batch_size: int = 256) -> Scores:
-    """The PLL of each text (nats) and its number of scored tokens, `batch_size` masked rows per forward pass."""
+def score_texts(lm: MaskedLM, texts: Sequence[str], method: str = DEFAULT_METHOD, batch_size: int = 256,
+                on_rows: Callable[[int], None] | None = None) -> Scores:
+    """The PLL of each text (nats) and its number of scored tokens, `batch_size` masked rows per forward pass;
+    `on_rows(n)` after each batch of n rows (a phase's progress)."""
     check_method(method)
     sentences = encode(lm.tokenizer, texts)
-    return score_encoded(lm, sentences, method, batch_size)
+    return score_encoded(lm, sentences, method, batch_size, on_rows)
 
 
 def score_encoded(lm: MaskedLM, sentences: Sequence[tuple[np.ndarray, np.ndarray]], method: str,
-                  batch_size: int) -> Scores:
+                  batch_size: int, on_rows: Callable[[int], None] | None = None) -> Scores:
     """score_texts on texts already encoded (`encode`)."""
     pll = np.zeros(len(sentences), dtype=np.float64)
     tokens = np.zeros(len(sentences), dtype=np.int64)
@@ -88,6 +95,8 @@ def score_encoded(lm: MaskedLM, sentences: Sequence[tuple[np.ndarray, np.ndarray
         for owners, values in _run_rows(lm, rows, batch_size):
             np.add.at(pll, owners, values)
             np.add.at(tokens, owners, 1)
+            if on_rows is not None:
+                on_rows(len(owners))
     return Scores(pll, tokens, rows_run)
 
 

@@ -3,6 +3,7 @@ zero_shot_results.{json,md}. No fine-tuning; reported apart from GLUE and never 
 
     results["blimp"]: overall (percent, the mean over the paradigms), fields, paradigms (UID -> percent), pairs,
                       method, rows, seconds, rows_per_s
+    results["partial"]: while it runs (and where it was stopped), what is still missing; absent once complete
     results["bits"]:  bits_per_char, bits_per_token, characters, tokens, source (a text file or the run's
                       held-out rows), or null with results["bits_skipped"] saying why
 """
@@ -22,10 +23,11 @@ from cramming.data.store import PreparedDataset
 from cramming.engine.device import prepare_device, resolve_device
 from cramming.errors import CrammingError
 from cramming.eval.bits import bits_per_character, held_out_pieces, text_file_pieces
-from cramming.eval.blimp import PARADIGMS, load_blimp, published, score_blimp
+from cramming.eval.blimp import PARADIGMS, blimp_result, blimp_texts, load_blimp, published, score_blimp
 from cramming.eval.masked_lm import open_masked_lm
-from cramming.eval.pll import DEFAULT_METHOD, check_method
+from cramming.eval.pll import DEFAULT_METHOD, check_method, count_rows, encode
 from cramming.files import write_atomically
+from cramming.phase_progress import PhaseProgress
 from cramming.provenance import provenance
 
 log = logging.getLogger(__name__)
@@ -68,7 +70,10 @@ def check(cfg: ZeroShotConfig) -> None:
 
 
 def run_zero_shot(cfg: ZeroShotConfig, checkpoint: str, output_dir: str | Path) -> dict:
-    """Score `checkpoint` (our checkpoint directory or hf:...) on BLiMP and bits per character; write the reports."""
+    """Score `checkpoint` (our checkpoint directory or hf:...) on BLiMP and bits per character; write the reports.
+
+    BLiMP is scored a paradigm at a time, and the reports are rewritten after each, marked partial (`partial`:
+    what is still to come): an interrupted or killed run keeps every paradigm it finished."""
     check(cfg)
     device = resolve_device(cfg.device, "device")
     prepare_device(device)
@@ -77,16 +82,11 @@ def run_zero_shot(cfg: ZeroShotConfig, checkpoint: str, output_dir: str | Path) 
         log.warning("BLiMP: %d paradigms found, not %d: blimp.overall is their mean only", len(paradigms), PARADIGMS)
     lm = open_masked_lm(checkpoint, device)
     texts, source, skipped = _bits_texts(cfg, lm)
-    blimp = timed_blimp(lm, paradigms, cfg.method, cfg.batch_size)
-    bits = None
-    if texts:
-        bits = {**bits_per_character(lm, texts, cfg.method, cfg.batch_size), "source": source}
-        log.info("%.4f bits per character, %.4f per token (%s)", bits["bits_per_char"], bits["bits_per_token"], source)
     results = {
         "checkpoint": lm.description,
-        "blimp": blimp,
-        "published": published({paradigm.uid: paradigm.field for paradigm in paradigms}),  # the same paradigms
-        "bits": bits,
+        "blimp": None,
+        "published": {},  # the published rows over the paradigms scored, once they are
+        "bits": None,
         "bits_skipped": skipped,
         "settings": {key: getattr(cfg, key) for key in ("blimp_dir", "pairs_per_paradigm", "method", "text_file",
                                                          "bits_rows", "batch_size")},
@@ -94,22 +94,61 @@ def run_zero_shot(cfg: ZeroShotConfig, checkpoint: str, output_dir: str | Path) 
         "provenance": provenance(device),
         "checkpoint_provenance": lm.provenance,
     }
-    write_reports(results, Path(output_dir))
+    output_dir = Path(output_dir)
+
+    def keep(blimp: dict, done: int) -> None:
+        scored = {paradigm.uid: paradigm.field for paradigm in paradigms[:done]}
+        later = "; bits per character not yet" if texts else ""
+        results.update(blimp=blimp, published=published(scored),
+                       partial=f"BLiMP: {done} of {len(paradigms)} paradigms scored{later}")
+        write_reports(results, output_dir)
+
+    try:
+        results["blimp"] = timed_blimp(lm, paradigms, cfg.method, cfg.batch_size, keep)
+        results["published"] = published({paradigm.uid: paradigm.field for paradigm in paradigms})
+        if texts:
+            results["partial"] = "bits per character not yet"
+            write_reports(results, output_dir)
+            with PhaseProgress("bits per character", count_rows(encode(lm.tokenizer, texts)), "masked rows",
+                               log) as progress:
+                bits = bits_per_character(lm, texts, cfg.method, cfg.batch_size, progress.advance)
+            results["bits"] = {**bits, "source": source}
+            log.info("%.4f bits per character, %.4f per token (%s)", bits["bits_per_char"], bits["bits_per_token"],
+                     source)
+    except KeyboardInterrupt:
+        if results.get("partial"):
+            log.warning("stopped: kept what was scored (%s) in %s/zero_shot_results.{json,md}", results["partial"],
+                        output_dir)
+        raise
+    results.pop("partial", None)
+    write_reports(results, output_dir)
     log.info("wrote %s/zero_shot_results.{json,md}", output_dir)
     return results
 
 
-def timed_blimp(lm, paradigms, method: str, batch_size: int) -> dict:
-    """score_blimp with its wall time: seconds and rows_per_s (masked rows a second) added."""
+def timed_blimp(lm, paradigms, method: str, batch_size: int, after_paradigm=None) -> dict:
+    """score_blimp a paradigm at a time, with its progress, and its wall time: seconds and rows_per_s (masked
+    rows a second) added. after_paradigm(result so far, paradigms done), after each but the last."""
     started = time.perf_counter()
-    blimp = score_blimp(lm, paradigms, method, batch_size)
+    total = count_rows(encode(lm.tokenizer, blimp_texts(paradigms)))
+    by_paradigm, rows = {}, 0
+    with PhaseProgress("BLiMP", total, "masked rows", log) as progress:
+        for done, paradigm in enumerate(paradigms, 1):
+            scored = score_blimp(lm, [paradigm], method, batch_size, progress.advance)
+            by_paradigm[paradigm.uid], rows = scored["overall"], rows + scored["rows"]
+            if after_paradigm is not None and done < len(paradigms):
+                after_paradigm(_timed(blimp_result(paradigms, by_paradigm, method, rows), lm, started), done)
+    blimp = _timed(blimp_result(paradigms, by_paradigm, method, rows), lm, started)
+    log.info("BLiMP %.2f%% over %d paradigms, %d pairs (%s): %d masked rows in %.1f s, %.0f rows/s", blimp["overall"],
+             len(blimp["paradigms"]), blimp["pairs"], method, blimp["rows"], blimp["seconds"], blimp["rows_per_s"])
+    return blimp
+
+
+def _timed(blimp: dict, lm, started: float) -> dict:
     if lm.device.type == "cuda":
         torch.cuda.synchronize(lm.device)
     seconds = time.perf_counter() - started
-    blimp.update(seconds=round(seconds, 3), rows_per_s=round(blimp["rows"] / seconds, 1))
-    log.info("BLiMP %.2f%% over %d paradigms, %d pairs (%s): %d masked rows in %.1f s, %.0f rows/s", blimp["overall"],
-             len(blimp["paradigms"]), blimp["pairs"], method, blimp["rows"], seconds, blimp["rows_per_s"])
-    return blimp
+    return {**blimp, "seconds": round(seconds, 3), "rows_per_s": round(blimp["rows"] / seconds, 1)}
 
 
 def time_blimp(checkpoint: str, blimp_dir: str | None, device: str = "auto", pairs_per_paradigm: int | None = None,
@@ -151,7 +190,8 @@ def markdown_report(results: dict) -> str:
     blimp = results["blimp"]
     paradigms = len(blimp["paradigms"])
     over = f"{paradigms} paradigm{'s' if paradigms != 1 else ''}, {blimp['pairs']:,} pairs"
-    lines = ["# Zero-shot results", "", f"Checkpoint: `{results['checkpoint']}`", "",
+    partial = [f"**Partial, stopped before the end**: {results['partial']}.", ""] if results.get("partial") else []
+    lines = ["# Zero-shot results", "", *partial, f"Checkpoint: `{results['checkpoint']}`", "",
              f"## BLiMP ({blimp['method']}; {over}; not part of any GLUE score)", "",
              "| model | overall | " + " | ".join(blimp["fields"]) + " |",
              "|---|---|" + "---|" * len(blimp["fields"]),

@@ -188,8 +188,9 @@ class Checkpointer(Callback):
         }
         pinned = [path for path in (self.last_good, self.unconfirmed) if path is not None]
         try:
-            written = save_checkpoint(state.run_dir, name, state.model, self.tokenizer, trainer_state,
-                                      self.keep_last, self.provenance, pinned)
+            with state.clock.aside():
+                written = save_checkpoint(state.run_dir, name, state.model, self.tokenizer, trainer_state,
+                                          self.keep_last, self.provenance, pinned)
         except WriteFailed as error:
             then = (f"the newest complete checkpoint is {self.newest}: free some space, then run the same "
                     f"command with resume={state.run_dir}" if self.newest else

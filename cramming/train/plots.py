@@ -210,5 +210,6 @@ class PlotRefresh(Callback):
     def after_step(self, state: TrainState) -> None:
         newest = self.newest()
         if newest != self.drawn_for and time.perf_counter() - self.drawn_at >= REDRAW_EVERY_S:
-            plot_run(state.run_dir)
+            with state.clock.aside():
+                plot_run(state.run_dir)
             self.drawn_for, self.drawn_at = newest, time.perf_counter()

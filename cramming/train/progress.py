@@ -47,6 +47,7 @@ class BudgetClock:
         self.started = None
         self.paused_seconds = 0.0  # this process, in wall seconds (what the summary reports)
         self.paused_on_clock = 0.0  # the same pauses on the time source (equal, unless it is simulated)
+        self.aside_seconds = 0.0  # wall seconds of work on the clock that is not training (checkpoints, plots)
 
     def start(self) -> None:
         self.started = self.now()
@@ -59,6 +60,21 @@ class BudgetClock:
         finally:
             self.paused_on_clock += self.now() - began
             self.paused_seconds += time.perf_counter() - wall
+
+    @contextlib.contextmanager
+    def aside(self):
+        """Work the budget charges that is not training (writing a checkpoint, redrawing the plots): the clock
+        runs on, and its wall seconds are counted apart, so a speed figure can leave them out."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.aside_seconds += time.perf_counter() - began
+
+    @property
+    def not_training_seconds(self) -> float:
+        """Wall seconds of this process's pauses and work aside: what a tokens/s figure leaves out."""
+        return self.paused_seconds + self.aside_seconds
 
     @property
     def elapsed(self) -> float:

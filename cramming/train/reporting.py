@@ -12,6 +12,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from omegaconf import OmegaConf
@@ -55,6 +56,8 @@ class StepFacts:
     telemetry: dict
     validation: dict | None = None
     planned_batch_size: int | None = None  # set when the budget ran out mid-step and the step took fewer sequences
+    not_training_s: float = 0.0  # wall seconds so far of validations, checkpoint writes and plots: out of tokens/s
+    pauses_left_s: float | None = 0.0  # the validations still to come, expected wall seconds (None: not known yet)
 
 
 class WandbLogger:
@@ -112,6 +115,7 @@ class MetricsLog:
             write_atomically(path, "".join(json.dumps(record) + "\n" for record in kept))
         self.last_time = time.perf_counter()
         self.last_tokens = tokens
+        self.last_not_training = 0.0
 
     def start(self) -> None:
         """Mark the start of training, for the first tokens/s figure."""
@@ -121,9 +125,9 @@ class MetricsLog:
         """Append the record of `facts` and log its console line; returns the record."""
         f = facts
         now = time.perf_counter()
-        interval = now - self.last_time
+        interval = now - self.last_time - (f.not_training_s - self.last_not_training)  # training alone
         tokens_per_s = (f.tokens - self.last_tokens) / interval if interval > 0 else None
-        self.last_time, self.last_tokens = now, f.tokens
+        self.last_time, self.last_tokens, self.last_not_training = now, f.tokens, f.not_training_s
         mfu = model_flops_utilization(tokens_per_s, self.flops_per_token, self.peak_tflops) if tokens_per_s else None
         record = {
             "step": f.step,
@@ -147,7 +151,8 @@ class MetricsLog:
                 handle.write(json.dumps(record) + "\n")
         except OSError as error:  # a full disk fails on closing, where Python names no file: name it
             raise OSError(error.errno, error.strerror, str(self.path)) from None
-        eta = time.strftime("%H:%M", time.localtime(time.time() + f.remaining))
+        eta = time.strftime("%H:%M", time.localtime(time.time() + f.remaining + (f.pauses_left_s or 0.0)))
+        eta += " + validations" if f.pauses_left_s is None else ""
         log.info(
             "step %d | budget %.1f%% used, %s left (ETA %s) | loss %.4f%s | lr %.2e | batch %d%s | grad norm %.3g | "
             "%s tok/s | MFU %s%s",
@@ -204,8 +209,10 @@ class MetricsLogger(Callback):
     name = "metrics"
 
     def __init__(self, metrics: MetricsLog, every_steps: int, every_fraction: float, sequences_per_microbatch: int,
-                 sampler: TelemetrySampler, wandb: WandbLogger, device: torch.device, grad_clip: float | None):
+                 sampler: TelemetrySampler, wandb: WandbLogger, device: torch.device, grad_clip: float | None,
+                 pauses_left: Callable[[], float | None] = lambda: 0.0):
         self.metrics, self.every_steps, self.sequences_per_microbatch = metrics, every_steps, sequences_per_microbatch
+        self.pauses_left = pauses_left  # the validations still to come, in expected wall seconds (the ETA's)
         self.every_fraction = every_fraction
         self.recorded_fraction = 0.0  # progress at the last record
         self.sampler, self.wandb, self.grad_clip = sampler, wandb, grad_clip
@@ -256,7 +263,7 @@ class MetricsLogger(Callback):
             if state.step_microbatches < state.accumulate else None,
             nonfinite=progress.nonfinite_total, grad_norm=grad_norm,
             clipped_fraction=round(clipped, 4) if self.grad_clip else None, telemetry=self.sampler.read(),
-            validation=state.validation,
+            validation=state.validation, not_training_s=clock.not_training_seconds, pauses_left_s=self.pauses_left(),
         ))
         self.wandb.log(record)
         self.last_record = record

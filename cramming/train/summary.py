@@ -19,6 +19,8 @@ import torch
 from cramming.files import write_atomically
 from cramming.hardware import model_flops_utilization
 from cramming.runs import read_records
+from cramming.phase_progress import duration_text
+from cramming.threads import BUSY_FROM, measured_share
 from cramming.train.plots import plot_run
 from cramming.train.reporting import MetricsLogger, WandbLogger
 
@@ -182,6 +184,8 @@ def build_summary(facts: RunFacts) -> dict:
         "budget_wall_s": round(wall_budget, 3),
         "budget_used_fraction": round(min(elapsed / wall_budget, 1.0), 4),
         "provenance": facts.provenance,  # code, packages, device, config hash, dataset (cramming.provenance)
+        # on the CPU: the threads, the cores other processes kept busy at the start, the speed share to expect
+        "machine": dataclasses.asdict(share) if (share := measured_share()) is not None else None,
     }
 
 
@@ -201,4 +205,25 @@ def leave_record(facts: RunFacts, run_dir: Path, logger: MetricsLogger, wandb: W
         plot_run(run_dir)
     wandb.summary(summary, prefix="summary/")
     log.info("summary: %s%s", run_dir / "summary.json", f"; plots: {run_dir / 'plots'}" if plots else "")
+    if (where := time_line(summary, facts.session_training_s)) is not None:
+        log.info("%s", where)
     return summary
+
+
+def time_line(summary: dict, session_training_s: float) -> str | None:
+    """Where this process's wall time went: training on the budget clock, and outside it the set-up (the data
+    within it), the validations and the rest (the loop's start and end, the record); and a busy machine's share."""
+    outside = summary["outside_training"]
+    if outside is None:
+        return None
+    rest = outside["loop_start_and_end_s"] + outside["after_training_s"]
+    total = session_training_s + summary["outside_training_s"]
+    parts = [f"training {duration_text(session_training_s)} (the budget clock)",
+             f"validation {duration_text(outside['validation_s'])}",
+             f"set-up {duration_text(outside['setup_s'])} (data {duration_text(outside['data_s'])})",
+             f"start, end and record {duration_text(rest)}"]
+    machine = summary.get("machine") or {}
+    busy = (f"; the machine was busy at the start ({machine['busy_cores']:.1f} of {machine['cores']} cores in use "
+            f"by other processes: about {100 * machine['expected_speed_share']:.0f}% of an idle machine's speed)"
+            if machine.get("busy_cores") is not None and machine["busy_cores"] >= BUSY_FROM else "")
+    return f"time: {duration_text(total)} in all: " + ", ".join(parts) + busy

@@ -220,6 +220,10 @@ def train_run(run: Run, callbacks: list[Callback], zero_shot: Callable | None, s
                                 cfg.train.mlm_rate, cfg.train.seed)
     stream = data_stream(techniques, microbatches, progress.microbatches, settings.num_workers,
                          pin_memory=settings.device.type == "cuda")
+    stopping = StoppingRule(cfg.train.progress, cfg.train.max_steps, clock)
+    schedule = Schedule(cfg.train, sequences)
+    agreement = rank_agreement(stopping, dist, cfg.train.check_nonfinite_every, settings.device, schedule.accumulate)
+    validation = _validation(cfg, dataset, tokenizer, settings, dist, agreement, zero_shot)
     wandb = logger = None
     if dist.is_main:
         wandb = WandbLogger(cfg, run_dir)
@@ -227,11 +231,8 @@ def train_run(run: Run, callbacks: list[Callback], zero_shot: Callable | None, s
                              run.flops_per_token, run.present.peak_tflops)
         logger = MetricsLogger(metrics, cfg.logging.every_steps, cfg.logging.every_fraction, sequences,
                                TelemetrySampler(settings.device).start(), wandb, settings.device,
-                               cfg.train.optim.grad_clip)
-    stopping = StoppingRule(cfg.train.progress, cfg.train.max_steps, clock)
-    schedule = Schedule(cfg.train, sequences)
-    agreement = rank_agreement(stopping, dist, cfg.train.check_nonfinite_every, settings.device, schedule.accumulate)
-    validation = _validation(cfg, dataset, tokenizer, settings, dist, agreement, zero_shot)
+                               cfg.train.optim.grad_clip,
+                               pauses_left=validation[0].expected_left_s if validation else lambda: 0.0)
     repeats = [_data_repeats(cfg, len(microbatches.rows), sequences, schedule)] if dist.is_main else []
     # techniques, then the validation curve, then the record of both; their state rides in checkpoints
     recorded = CallbackList([*techniques, *callbacks, *validation, *repeats, *([logger] if logger else [])])

@@ -8,6 +8,7 @@ so is the zero-shot probe that runs with it (BLiMP and bits per character: cramm
 """
 
 import logging
+import time
 
 import torch
 
@@ -69,6 +70,7 @@ class Validation(Callback):
         self.agreement, self.fractions, self.early_stop = agreement, sorted(fractions), early_stop
         self.passed: list[float] = []  # fractions validated at (kept in checkpoints)
         self.last_step = -1
+        self.seconds: list[float] = []  # this process's validations, wall seconds each
 
     def after_step(self, state: TrainState) -> None:
         fraction = self.agreement.fraction(state.progress)
@@ -82,12 +84,20 @@ class Validation(Callback):
         if reason != "interrupted" and self.last_step != state.progress.step:
             self._run(state, "at the end")
 
+    def expected_left_s(self) -> float | None:
+        """Wall seconds the validations still to come are expected to take, at this process's mean so far (None:
+        none measured yet, while some are to come)."""
+        left = sum(f not in self.passed for f in self.fractions) + 1  # and the one at the end
+        return left * sum(self.seconds) / len(self.seconds) if self.seconds else None
+
     def _run(self, state: TrainState, when: str) -> None:
+        began = time.perf_counter()
         with state.clock.paused():
             state.validation = validate(state.model, self.dataset, self.mlm_rate, self.precision, self.dist)
             if self.probe is not None:  # every rank alike (no rank waits on another's)
-                state.validation.update(self.probe(state.model, self.precision))
+                state.validation.update(self.probe(state.model, self.precision, when))
         self.last_step = state.progress.step
+        self.seconds.append(time.perf_counter() - began)
         found = state.validation
         zero_shot = (f"; BLiMP {found['blimp']:.2f}%, {found['bits_per_char']:.4f} bits/char "
                      f"({found['zero_shot_s']:.1f} s)" if "blimp" in found else "")

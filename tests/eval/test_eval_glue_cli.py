@@ -3,6 +3,7 @@ sample of each as a real subprocess, the other variants through its main() in th
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -125,3 +126,13 @@ def test_no_data_offline_is_one_short_line_and_leaves_no_output_folder(rte_check
     assert line.count("from the hub") == 1 and line.endswith("eval.data_dir=<folder> reads the tasks' files instead "
                                                               "(docs/glue.md)")
     assert not (tmp_path / "out").exists()
+
+
+def test_fine_tuning_shows_each_epoch_and_its_evaluation(rte_checkpoint, tmp_path, monkeypatch):
+    monkeypatch.setattr("cramming.phase_progress.EVERY_S", 0.0)
+    run = in_process("eval_glue", f"ckpt={rte_checkpoint}", "eval.tasks=[rte]", f"eval.data_dir={GLUE_DIR}",
+                     "eval.max_train_examples=32", "eval.epochs=1", f"output_dir={tmp_path}")
+    assert run.returncode == 0, run.stderr
+    output = run.stdout + run.stderr
+    assert re.search(r"rte seed 0 epoch 1/1: \d+% \(\d+ of 2 steps\)", output), output
+    assert re.search(r"rte seed 0 epoch 1/1: predicting \S+: \d+% \([\d,]+ of 277 examples\)", output), output

@@ -2,6 +2,7 @@
 and run directories, and its one-line errors (exit 2) through the commands' error boundary."""
 
 import json
+import re
 import shutil
 
 import pytest
@@ -91,3 +92,35 @@ def test_time_blimp_times_a_checkpoint_without_writing_anything(rte_checkpoint, 
     low, high = result["seconds"] - 0.0005, result["seconds"] + 0.0005
     assert result["rows"] / high - 0.05 <= result["rows_per_s"] <= result["rows"] / max(low, 1e-9) + 0.05
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupted_run_keeps_each_paradigm_it_scored_marked_partial(rte_checkpoint, blimp_dir, tmp_path,
+                                                                          monkeypatch):
+    """Stopped (Ctrl-C) while scoring the second of three paradigms: the reports hold the first, say so, and the
+    command ends as interrupted commands do (exit 130, one line)."""
+    from cramming.eval import zero_shot
+
+    scored = []
+
+    def second_is_interrupted(*args, **kwargs):
+        scored.append(args[1][0].uid)
+        if len(scored) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    real = zero_shot.score_blimp
+    monkeypatch.setattr(zero_shot, "score_blimp", second_is_interrupted)
+    monkeypatch.setattr("cramming.phase_progress.EVERY_S", 0.0)  # a progress line at every batch
+    out = tmp_path / "out"
+    run = in_process("zero_shot", f"ckpt={rte_checkpoint}", f"blimp_dir={blimp_dir}", "pairs_per_paradigm=2",
+                     f"output_dir={out}")
+    assert run.returncode == 130 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1] == "interrupted: stopped before it finished"
+    results = json.loads((out / "zero_shot_results.json").read_text())
+    assert results["partial"] == "BLiMP: 1 of 3 paradigms scored" and list(results["blimp"]["paradigms"]) == scored[:1]
+    assert results["blimp"]["pairs"] == 2 and set(results["published"]["5-gram"]["fields"]) == {
+        results["blimp"]["fields"].popitem()[0]}
+    assert "**Partial, stopped before the end**: BLiMP: 1 of 3 paradigms scored." in (
+        out / "zero_shot_results.md").read_text()
+    assert re.search(r"BLiMP: \d+% \([\d,]+ of [\d,]+ masked rows\)", run.stdout)  # the progress lines
+    assert "stopped: kept what was scored (BLiMP: 1 of 3 paradigms scored)" in run.stdout + run.stderr

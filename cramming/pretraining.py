@@ -22,7 +22,7 @@ from cramming.model.config import ModelConfig, as_model_config
 from cramming.runs import FINAL, check_run_name
 from cramming.train.callbacks import Callback
 from cramming.train.config import CheckpointConfig, ImplConfig, LoggingConfig, TrainConfig, WandbConfig
-from cramming.train.techniques import check_techniques
+from cramming.train.techniques import check_techniques, fill_arch_needs
 
 if TYPE_CHECKING:
     from cramming.train.trainer import Trained
@@ -113,6 +113,7 @@ def pretrain(cfg, callbacks: Sequence[Callback] = ()) -> Path:
     returns the run directory (with checkpoints/final on success). callbacks: as cramming.train.trainer.train."""
     from cramming.train.trainer import train  # noqa: PLC0415 -- matplotlib: a second at every command start
 
+    fill_arch_needs(cfg)  # e.g. the decoder's bias of train.unigram_bias, where the arch leaves it open
     check_pretrain_config(cfg)
     trained = train(cfg, callbacks, zero_shot=ZeroShotProbe)
     try:

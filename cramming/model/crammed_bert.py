@@ -38,7 +38,7 @@ class ModelConfig:
     norm_scheme: str = "pre"  # pre: x + f(LN x) | post: LN(x + f(x)), as in BERT | none: x + f(x)
     final_norm: bool = True  # LayerNorm after the last layer
     bias: bool = False  # biases in the encoder's Linears and the heads' transforms (BERT's pooler always has)
-    decoder_bias: bool | None = None  # the MLM decoder's bias; None: as `bias`
+    decoder_bias: bool | None = None  # the MLM decoder's bias; None: as `bias` (on where train.unigram_bias is)
     norm_bias: bool = True  # biases (shifts) in every LayerNorm
     # scaled-sinusoidal: fixed sinusoids x one learned scalar | learned: a table | rope: rotary, in attention
     positions: str = "scaled-sinusoidal"

@@ -48,7 +48,7 @@ UNDER_THE_CLOCK = {
         "train.sparsity.density=0.25", "train.sparsity.start=0", "train.sparsity.end=0.5"],
     "stacking+z-loss": ["train.stacking.stages=[2,4]", "arch.num_layers=4", "train.z_loss.weight=1e-4"],
     "unigram-bias+mask-schedule+clip-follows-lr": [
-        "arch.decoder_bias=true", "train.unigram_bias=true", "train.mask_schedule=[0.3,0.2]",
+        "train.unigram_bias=true", "train.mask_schedule=[0.3,0.2]",
         "train.optim.clip_schedule=lr"],
 }
 STEPS = STEP_RUN + ["train.batch_size=16"]  # one microbatch a step: short
@@ -507,14 +507,16 @@ def test_the_unigram_bias_starts_at_the_datas_log_frequencies_and_resumes_exactl
     bias = log_unigram(counts)
     assert bias.mean().item() == pytest.approx(0, abs=1e-6)
     assert bias[5] - bias[7] == pytest.approx(math.log(4 / 2)) and (bias[:5] == bias.min()).all()
-    overrides = ["arch.decoder_bias=true", "train.unigram_bias=true", "train.max_steps=3"]
+    overrides = ["train.unigram_bias=true", "train.max_steps=3"]  # one override: the decoder gets its bias
     straight, resumed = straight_and_resumed(tmp_path, overrides, 3)
     assert_same_training(straight, resumed)
+    assert read_config(straight / "checkpoints" / "final")[1].decoder_bias is True
     assert records(straight)[0]["loss"] < records(plain_run)[0]["loss"] - 1.5  # 4096 tokens: log 4096 = 8.3 at start
-    code, output = run_command("pretrain", *STEPS, "train.unigram_bias=true", f"output_dir={tmp_path / 'c'}")
+    code, output = run_command("pretrain", *STEPS, "train.unigram_bias=true", "arch.decoder_bias=false",
+                               f"output_dir={tmp_path / 'c'}")
     assert code == 2 and "Traceback" not in output
-    assert output.strip().splitlines()[-1] == ("error: train.unigram_bias=true sets the MLM decoder's bias, which this "
-                                               "arch has none of: add arch.decoder_bias=true")
+    assert output.strip().splitlines()[-1] == ("error: train.unigram_bias=true sets the MLM decoder's bias, which "
+                                               "arch.decoder_bias=false leaves out: drop arch.decoder_bias=false")
 
 
 def test_a_mask_schedule_steps_through_its_rates_and_of_one_rate_is_the_plain_run(shared_cache, tmp_path, plain_run):

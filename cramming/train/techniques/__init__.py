@@ -53,7 +53,7 @@ TECHNIQUES: tuple[type[Technique], ...] = (
 )
 
 __all__ = ["TECHNIQUES", "RunContext", "Technique", "build_techniques", "check_on_device", "check_technique_inputs",
-           "check_techniques",
+           "check_techniques", "fill_arch_needs",
            "data_stream", "extra_memory", "microbatch_key", "optimizer_state_parts", "prepare_model", "see_data",
            "variant_overrides", "wrap_optimizer"]
 
@@ -67,6 +67,16 @@ def check_techniques(cfg) -> None:
         for other, why in technique.conflicts.items():
             if other in enabled:
                 raise CrammingError(f"{technique.name} and {other} {why}")
+
+
+def fill_arch_needs(cfg) -> None:
+    """Set in cfg.arch what the enabled techniques need of it, where it is null (an explicit value stays, and
+    their checks refuse one that contradicts them): the arch the run builds, records and checkpoints."""
+    for technique in TECHNIQUES:
+        if technique.enabled(cfg):
+            for key, value in technique.arch_needs.items():
+                if getattr(cfg.arch, key) is None:
+                    setattr(cfg.arch, key, value)
 
 
 def check_technique_inputs(cfg) -> None:

@@ -7,6 +7,8 @@ Declared at class level, before any run exists:
   other techniques' `conflicts` (its checkpointed state keeps the class's name, `state_key`);
 - `settings`: the config keys it owns (`cramming.plugin_keys.Setting`: where users set it, type, default),
   added to the schema;
+- `arch_needs`: what it needs of the architecture (`decoder_bias: True`), filled in where the arch leaves the key
+  null, so that one override switches it on;
 - `switch` (and `switch_value`): the key that switches it on, from which `enabled(cfg)` follows;
 - `check(cfg)` (its values, before any data), `conflicts` (name -> why);
 - `check_on_device(cfg, run)`: what it needs of the device, the compiler, the precision, the world size, and
@@ -48,6 +50,7 @@ class Technique(Callback):
     switch: str = ""  # the config key that switches it on (`train.z_loss.weight`)
     switch_value: Any = None  # on when `switch` holds this value (`train.sampling` = importance); None: when set
     settings: tuple[Setting, ...] = ()
+    arch_needs: dict[str, Any] = {}  # arch keys it needs, set where the arch leaves them null (fill_arch_needs)
     conflicts: dict[str, str] = {}
     variant: str | None = None
     variant_overrides: tuple[str, ...] = ()

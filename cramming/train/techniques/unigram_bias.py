@@ -1,5 +1,5 @@
 """The MLM decoder's bias started at the log unigram frequencies of the training data: `train.unigram_bias=true`
-(with `arch.decoder_bias=true`, the bias it sets).
+(which gives the decoder its bias, `arch.decoder_bias=true`, where the arch leaves that key null).
 
 A language model's first phase learns the unigram distribution, and little else, for about a thousand updates
 (Meister et al., 2022, "On the probability-quality paradox", and the plateau this project measures at short
@@ -17,8 +17,6 @@ import torch
 from cramming.data.store import PreparedDataset
 from cramming.data.vocab import SPECIAL_TOKENS
 from cramming.errors import require
-from cramming.model.crammed_bert import has_decoder_bias
-from cramming.model.config import as_model_config
 from cramming.plugin_keys import Setting
 from cramming.train.techniques.base import RunContext, Technique
 
@@ -35,6 +33,7 @@ class UnigramBias(Technique):
     name = "train.unigram_bias"
     switch = "train.unigram_bias"
     settings = (Setting("train.unigram_bias", bool, False),)  # the decoder's bias from the data's token counts
+    arch_needs = {"decoder_bias": True}
 
     def __init__(self):
         self.bias: torch.Tensor | None = None
@@ -42,9 +41,9 @@ class UnigramBias(Technique):
     @classmethod
     def check(cls, cfg) -> None:
         if cls.enabled(cfg):
-            require([(has_decoder_bias(as_model_config(cfg.arch)),
-                      "train.unigram_bias=true sets the MLM decoder's bias, which this arch has none of: add "
-                      "arch.decoder_bias=true")])
+            require([(cfg.arch.decoder_bias is not False,
+                      "train.unigram_bias=true sets the MLM decoder's bias, which arch.decoder_bias=false leaves out: "
+                      "drop arch.decoder_bias=false")])
 
     @classmethod
     def build(cls, cfg, run: RunContext) -> "UnigramBias":

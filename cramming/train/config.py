@@ -126,6 +126,9 @@ class TrainConfig:
     # a floor on the optimizer steps of a budget run: the final batch is at most the run's expected sequences /
     # min_steps (cramming.engine.schedules.fitted_batch_size); null: always batch_size (the crammed recipe)
     min_steps: Optional[int] = None
+    # the peak lr x (batch_size / the final batch)^lr_batch_exponent: where min_steps caps the final batch below
+    # batch_size (short budgets), a higher peak; at batch_size (a day's budget, or min_steps null) the lr as set
+    lr_batch_exponent: float = 0.0
     mlm_rate: float = 0.25
     seed: int = 0
     max_nonfinite_steps: int = 10  # stop after this many non-finite losses in a row
@@ -149,6 +152,8 @@ class TrainConfig:
              f"train.min_steps={self.min_steps} must be at least 1 (or null: the final batch is train.batch_size)"),
             (0 <= self.batch_ramp_fraction <= 1,
              f"train.batch_ramp_fraction={self.batch_ramp_fraction} must be in [0, 1]"),
+            (0 <= self.lr_batch_exponent <= 1,
+             f"train.lr_batch_exponent={self.lr_batch_exponent} must be in [0, 1] (0: the lr as set)"),
             (self.max_nonfinite_steps >= 1, f"train.max_nonfinite_steps={self.max_nonfinite_steps} must be at least 1"),
             (self.check_nonfinite_every >= 1,
              f"train.check_nonfinite_every={self.check_nonfinite_every} must be at least 1"),

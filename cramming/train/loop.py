@@ -24,12 +24,16 @@ class Schedule:
     expected_sequences: float = 0.0  # the whole run's, projected from its pace so far (observe)
 
     def lr(self, fraction: float) -> float:
+        """The peak lr times the schedule's multiplier at f; with train.lr_batch_exponent e, times
+        (train.batch_size / the final batch)^e: a higher peak where train.min_steps keeps the batch small."""
         train = self.train_cfg
-        return train.optim.lr * lr_multiplier(train.lr_schedule, fraction, train.warmup_fraction)
+        scale = (train.batch_size / self.final_batch()) ** train.lr_batch_exponent if train.lr_batch_exponent else 1.0
+        return train.optim.lr * scale * lr_multiplier(train.lr_schedule, fraction, train.warmup_fraction)
 
     def grad_clip(self, fraction: float) -> float | None:
-        optim = self.train_cfg.optim
-        return clip_threshold(optim.clip_schedule, optim.grad_clip, self.lr(fraction) / optim.lr)
+        train = self.train_cfg
+        multiplier = lr_multiplier(train.lr_schedule, fraction, train.warmup_fraction)
+        return clip_threshold(train.optim.clip_schedule, train.optim.grad_clip, multiplier)
 
     def observe(self, fraction: float, sequences_done: float) -> None:
         """Project the run's sequences from its pace so far, compilation included (so early on, an

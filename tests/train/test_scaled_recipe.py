@@ -9,6 +9,7 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
+from cramming.errors import CrammingError
 from cramming.pretraining import pretrain
 from cramming.engine.schedules import fitted_batch_size
 from cramming.train.loop import Schedule
@@ -51,6 +52,28 @@ def test_a_day_plans_exactly_as_the_crammed_recipe_and_a_short_budget_keeps_smal
     assert set(short) == {1} and max(plan(original, 32, 11_000)) == 256
     # 150 s on an H200 (614k sequences, microbatch 1024): 1,535 sequences at most, one microbatch; not 8192
     assert max(plan(scaled, 1024, 614_000)) == 1 and max(plan(original, 1024, 614_000)) == 8
+
+
+def lrs(train_cfg, microbatch: int, expected_sequences: float) -> list[float]:
+    """The lr at 101 fractions of a run whose pace projects `expected_sequences`."""
+    schedule = Schedule(train_cfg, microbatch)
+    out = []
+    for percent in range(101):
+        schedule.observe(percent / 100, expected_sequences * percent / 100)
+        out.append(schedule.lr(percent / 100))
+    return out
+
+
+def test_the_lr_batch_exponent_raises_the_peak_where_the_batch_stays_small_and_leaves_a_day_as_it_was():
+    scaled = compose_config(["train.lr_batch_exponent=0.25"]).train
+    plain, original = compose_config([]).train, compose_config(["train=cramming", "train.lr_batch_exponent=0.25"]).train
+    day = 515e6 / 128
+    assert lrs(scaled, 128, day)[50:] == lrs(plain, 128, day)[50:]  # the day's expectation reaches 8192
+    # 5 CPU minutes: a final batch of one microbatch of 32, (8192 / 32)^0.25 = 4 times the peak
+    assert lrs(scaled, 32, 11_000) == pytest.approx([4 * lr for lr in lrs(plain, 32, 11_000)])
+    assert lrs(original, 32, 11_000) == lrs(compose_config(["train=cramming"]).train, 32, 11_000)  # no floor: as set
+    with pytest.raises(CrammingError, match=r"train.lr_batch_exponent=2.0 must be in \[0, 1\]"):
+        OmegaConf.to_object(compose_config(["train.lr_batch_exponent=2"]).train).check()
 
 
 def test_a_run_counting_steps_ramps_to_batch_size_as_its_steps_are_given():

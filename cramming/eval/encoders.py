@@ -18,6 +18,7 @@ from transformers import PreTrainedTokenizerBase
 
 from cramming import hub
 from cramming.errors import CrammingError
+from cramming.files import share_weights
 from cramming.eval.config import HF_PREFIX
 from cramming.eval.parameter_efficient import LoraSettings
 from cramming.library_noise import without_load_report
@@ -130,6 +131,7 @@ def _transformers_encoder(reference: str, dropout: float) -> PretrainedEncoder:
     def save(model, folder):
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
+        share_weights(Path(folder))
 
     return PretrainedEncoder(f"{HF_PREFIX}{reference}", tokenizer, positions, None, load, save)
 

@@ -24,6 +24,7 @@ from transformers import (
 
 from ..data.tokenizer import as_transformers_tokenizer
 from ..errors import CrammingError
+from ..files import share_weights
 from . import configuration_crammed_bert, crammed_bert, initialization, layers, modeling_crammed_bert
 from . import unpadded
 from .checkpoint import load_pretrained
@@ -59,6 +60,7 @@ def export_to_transformers(directory_in: str | os.PathLike, directory_out: str |
         _save_remote_code(model, directory_out)
     tokenizer.save_pretrained(directory_out)
     _name_a_tokenizer_class_every_version_has(Path(directory_out) / "tokenizer_config.json")
+    share_weights(Path(directory_out))
 
 
 def _name_a_tokenizer_class_every_version_has(tokenizer_config: Path) -> None:

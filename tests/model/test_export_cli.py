@@ -2,6 +2,7 @@
 upload's as a real process too, the others through its main() in this process: tests/commands.py)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -25,6 +26,11 @@ def test_export_script_writes_a_directory_transformers_loads(tmp_path, tokenizer
     )
     assert run.returncode == 0, run.stderr
     assert f"exported {run_dir / 'checkpoints' / 'final'} to {tmp_path / 'hf'}" in run.stdout
+    umask = os.umask(0o022)
+    os.umask(umask)
+    for folder in (run_dir / "checkpoints" / "final", tmp_path / "hf"):  # safetensors' own files were 0600
+        modes = {path.name: oct(path.stat().st_mode & 0o777) for path in folder.iterdir() if path.is_file()}
+        assert set(modes.values()) == {oct(0o666 & ~umask)}, modes
     exported = AutoModelForMaskedLM.from_pretrained(tmp_path / "hf", trust_remote_code=True).eval()
     loaded_tokenizer = AutoTokenizer.from_pretrained(tmp_path / "hf", trust_remote_code=True)
     inputs = loaded_tokenizer("abc defg hij", return_tensors="pt")

@@ -4,6 +4,7 @@ Drawn with matplotlib's object API on the Agg canvas (no pyplot, no display, no 
 works on a headless machine and from any thread.
 """
 
+import textwrap
 import time
 from pathlib import Path
 from typing import Callable
@@ -14,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
 from cramming.errors import CrammingError
-from cramming.runs import read_records, run_config
+from cramming.runs import LossBasis, loss_basis, read_records, run_config
 from cramming.train.callbacks import Callback, TrainState
 
 PLOTS_DIR = "plots"
@@ -182,28 +183,55 @@ def plot_run(run_dir: Path) -> list[Path]:
 
 
 def plot_comparison(run_dirs: list[Path], path: Path, labels: list[str] | None = None) -> Path:
-    """Overlay the loss curves of several runs against training time and against tokens; each is labelled
-    <name>/<timestamp> unless `labels` are given."""
+    """Overlay the curves of several runs against training time and against tokens (comparison_figure); each is
+    labelled <name>/<timestamp> unless `labels` are given."""
+    labels = labels or [f"{run_dir.parent.name}/{run_dir.name}" for run_dir in run_dirs]
     runs = []
-    for index, run_dir in enumerate(run_dirs):
+    for label, run_dir in zip(labels, run_dirs):
         records = read_records(run_dir / "metrics.jsonl")
         if not records:
             raise CrammingError(f"{run_dir}: no metrics.jsonl records; is it a pretraining run directory?")
-        runs.append((labels[index] if labels else f"{run_dir.parent.name}/{run_dir.name}", records))
+        runs.append((label, records))
     path.parent.mkdir(parents=True, exist_ok=True)
-    comparison_figure(runs).savefig(path, dpi=100)
+    note = loss_note(list(zip(labels, map(loss_basis, run_dirs))), detail=False)
+    comparison_figure(runs, note).savefig(path, dpi=100)
     return path
 
 
-def comparison_figure(runs: list[tuple[str, list[dict]]]) -> Figure:
-    """The overlay of (label, records) runs against training time and against tokens: the MLM loss, and where
-    the runs measured them (the zero-shot probe), BLiMP beside chance and the published 5-gram and LSTM, and bits
-    per character."""
+def loss_note(bases: list[tuple[str, LossBasis | None]], detail: bool = True) -> str | None:
+    """Why the MLM losses of these runs ((label, LossBasis) each) do not compare, or None where they do (a run
+    whose basis is unknown is left out); with `detail`, which runs have which tokenizer and mask rate (the
+    commands' line), else only what differs (a plot's title)."""
+    known = [(label, basis) for label, basis in bases if basis is not None]
+    groups = {}
+    for label, basis in known:
+        groups.setdefault((basis.tokenizer, basis.tokenizer_id), []).append(label)
+    reasons = []
+    if len(groups) > 1:
+        reasons.append("other tokenizers" + detail * (" (" + "; ".join(
+            f"{said} [{identity[:8] if len(identity) == 64 else 'by its config'}]: {', '.join(labels)}"
+            for (said, identity), labels in groups.items()) + ")"))
+    rates = {}
+    for label, basis in known:
+        rates.setdefault(basis.mlm_rate, []).append(label)
+    if len(rates) > 1:
+        reasons.append("other mask rates" + detail * (" (" + "; ".join(
+            f"{rate:.0%}: {', '.join(labels)}" for rate, labels in rates.items()) + ")"))
+    if not reasons:
+        return None
+    return f"the MLM losses do not compare: {' and '.join(reasons)}; bits per character does"
+
+
+def comparison_figure(runs: list[tuple[str, list[dict]]], note: str | None = None) -> Figure:
+    """The overlay of (label, records) runs against training time and against tokens: where the runs measured
+    them (the zero-shot probe), bits per character first, the measure that compares across tokenizers and mask
+    rates, and BLiMP beside chance and the published 5-gram and LSTM; then the MLM loss, under `note` where it
+    does not compare (loss_note)."""
     scale, unit = _time_unit(max(records[-1]["elapsed"] for _, records in runs))
     axes_x = [(f"training time ({unit})", lambda r: r["elapsed"] / scale), ("tokens", lambda r: r["tokens"])]
     rows = [("loss", "MLM loss", {})]
     if any(r.get("blimp") is not None for _, records in runs for r in records):
-        rows += [("blimp", BLIMP_LABEL, BLIMP_LINES), ("bits_per_char", BITS_LABEL, {})]
+        rows = [("bits_per_char", BITS_LABEL, {}), ("blimp", BLIMP_LABEL, BLIMP_LINES), *rows]
     figure = _figure(columns=2, rows=len(rows))
     grid = figure.subplots(len(rows), 2, squeeze=False)
     for row, (key, y_label, lines) in zip(grid, rows):
@@ -215,6 +243,8 @@ def comparison_figure(runs: list[tuple[str, list[dict]]]) -> Figure:
             axes.set_ylabel(y_label)
             axes.grid(alpha=0.3)
             axes.legend(fontsize=8)
+            if key == "loss" and note:
+                axes.set_title(textwrap.fill(note, 75), fontsize=8, color="tab:red")
     figure.suptitle(f"{len(runs)} runs")
     return figure
 

@@ -209,7 +209,9 @@ class LossBasis:
     each row); bits per character compares across both."""
 
     tokenizer: str  # as said: "wordpiece 4096"
-    tokenizer_id: str  # the SHA-256 of its newest checkpoint's tokenizer.json, else its data config
+    # the SHA-256 of its newest checkpoint's tokenizer.json without the truncation and padding a call asks for
+    # (a run of 64-token rows saves the same vocabulary as one of 128), else its data config
+    tokenizer_id: str
     mlm_rate: float
 
 
@@ -226,7 +228,9 @@ def loss_basis(run_dir: Path) -> LossBasis | None:
     said = f"{kind} {name if kind == 'pretrained' else size}"
     checkpoint = run_checkpoint(run_dir)
     if checkpoint is not None and (checkpoint / "tokenizer.json").is_file():
-        identity = hashlib.sha256((checkpoint / "tokenizer.json").read_bytes()).hexdigest()
+        saved = {key: value for key, value in json.loads((checkpoint / "tokenizer.json").read_text()).items()
+                 if key not in ("truncation", "padding")}
+        identity = hashlib.sha256(json.dumps(saved, sort_keys=True).encode()).hexdigest()
     else:  # no checkpoint yet: the corpus and the tokenizer's settings, which train it
         identity = json.dumps(OmegaConf.to_container(config.data, resolve=True), sort_keys=True)
     return LossBasis(said, identity, float(rate))

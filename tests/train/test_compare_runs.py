@@ -2,7 +2,6 @@
 data, the curves side by side; a directory that is not a run (no config.yaml, no metrics.jsonl) is a
 one-line error."""
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import pytest
 import torch
 
 from cramming.pretraining import pretrain
+from cramming.runs import loss_basis
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT
 from tests.train.runs import STEP_RUN, compose_config, copy_run, records
@@ -63,6 +63,19 @@ def test_a_run_without_metrics_is_one_line_and_one_with_no_step_logged_compares(
     assert "loss: no step logged by both runs" in shown.stdout.splitlines()
 
 
+def retruncated(tokenizer: dict) -> dict:
+    """The same vocabulary, saved by a run of other row lengths."""
+    return tokenizer | {"truncation": {"direction": "Right", "max_length": 512, "strategy": "LongestFirst",
+                                       "stride": 0}}
+
+
+def another_vocabulary(tokenizer: dict) -> dict:
+    vocab = tokenizer["model"]["vocab"]
+    last = max(vocab, key=vocab.get)
+    vocab[f"{last}-renamed"] = vocab.pop(last)
+    return tokenizer
+
+
 def test_losses_of_another_tokenizer_or_mask_rate_are_marked_and_bits_per_character_comes_first(straight_run,
                                                                                                    tmp_path,
                                                                                                    monkeypatch):
@@ -79,9 +92,10 @@ def test_losses_of_another_tokenizer_or_mask_rate_are_marked_and_bits_per_charac
     config = (b / "config.yaml").read_text()
     (b / "config.yaml").write_text(config.replace("vocab_size: 4096", "vocab_size: 32768")
                                    .replace("mlm_rate: 0.25", "mlm_rate: 0.15"))
-    tokenizer = b / "checkpoints" / "final" / "tokenizer.json"
-    tokenizer.write_text(tokenizer.read_text() + "\n")  # another tokenizer: another file
-    ids = [hashlib.sha256((run / "checkpoints/final/tokenizer.json").read_bytes()).hexdigest()[:8] for run in (a, b)]
+    for run, change in ((a, retruncated), (b, another_vocabulary)):
+        tokenizer = run / "checkpoints" / "final" / "tokenizer.json"
+        tokenizer.write_text(json.dumps(change(json.loads(tokenizer.read_text()))))
+    ids = [loss_basis(run).tokenizer_id[:8] for run in (a, b)]
     why = (f"the MLM losses do not compare: other tokenizers (wordpiece 4096 [{ids[0]}]: {{a}}; wordpiece 32768 "
            f"[{ids[1]}]: {{b}}) and other mask rates (25%: {{a}}; 15%: {{b}}); bits per character does")
 
@@ -97,7 +111,7 @@ def test_losses_of_another_tokenizer_or_mask_rate_are_marked_and_bits_per_charac
     assert plotted.returncode == 0, plotted.stderr
     assert plotted.stdout.splitlines() == [f"wrote {tmp_path / 'overlay.png'}", f"note: {why.format(a=a, b=b)}"]
     alike = in_process("plot_runs", str(a), str(straight_run), "--out", str(tmp_path / "alike.png"))
-    assert alike.stdout.splitlines() == [f"wrote {tmp_path / 'alike.png'}"]  # one tokenizer, one mask rate
+    assert alike.stdout.splitlines() == [f"wrote {tmp_path / 'alike.png'}"]  # one vocabulary, one mask rate
     drawn = []
     monkeypatch.setattr(plots, "comparison_figure", lambda runs, note: drawn.append(note) or figure(runs, note))
     plots.plot_comparison([a, b], tmp_path / "again.png")  # as plot_runs and compare_runs draw it

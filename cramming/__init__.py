@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from cramming.library_noise import quiet_torchao_without_cuda
+from cramming.library_noise import quiet_torchao
 
-quiet_torchao_without_cuda()
+quiet_torchao()
 
 __version__ = "0.1.0"
 

@@ -7,10 +7,14 @@ it, reaches the disk (fsync), and only then takes the file's name (an atomic ren
 fails (a full disk) removes its temporary file or folder and is reported as itself (`WriteFailed`, or the
 OSError named after the file the user knows), and nothing more is written after it.
 
+safetensors creates its weight files readable by their owner alone (0600), where every other file is 0666 less
+the umask: `share_weights` gives a folder's weights the mode of the files beside them.
+
 A name a user gives that becomes a folder (a run's name, a dataset's, a sweep's run labels) is one safe path
 component (`folder_name`): it never leaves the directory it is meant for.
 """
 
+import functools
 import json
 import os
 import re
@@ -61,6 +65,21 @@ def write_atomically(path: Path, text: str) -> None:
         os.fsync(directory)  # the rename itself survives a power loss
     finally:
         os.close(directory)
+
+
+@functools.cache
+def _umask() -> int:
+    mask = os.umask(0o022)  # the only way to read it is to set it: put back at once
+    os.umask(mask)
+    return mask
+
+
+def share_weights(folder: Path) -> None:
+    """The *.safetensors files in `folder` (a checkpoint, an export) get the mode any file created here gets,
+    0666 less the umask (0644 under the usual 022), as their config.json and tokenizer files have: whoever may
+    read a run's config may read its weights."""
+    for path in Path(folder).glob("*.safetensors"):
+        os.chmod(path, 0o666 & ~_umask())
 
 
 def read_json_object(path: Path) -> dict:

@@ -1,38 +1,55 @@
-"""Library lines that bury our own: torchao's warnings that say nothing on a machine without CUDA, filtered
-from the start, and transformers' loading report where we say the same in one line.
+"""Library lines that bury our own: torchao's warnings that say nothing on this machine, filtered from the
+start, and transformers' loading report where we say the same in one line.
 
-transformers imports torchao whenever it is installed (every GLUE, export and benchmark command), and on
-import torchao tries to load its CUDA kernel libraries, looks for Triton (a GPU compiler) and registers its
-enums with torch's pytree, which torch 2.13 answers with a deprecation warning. Without CUDA each of those
-is a warning line on stderr; with CUDA a library that fails to load or a missing Triton is a real problem,
-so only CPU builds of torch drop them. The build is read from the installed package's version label
-(`2.13.0+cpu`): no torch import and no CUDA query when the package is imported.
+transformers imports torchao whenever it is installed (every GLUE, export and benchmark command, and any
+pipeline), and on import torchao tries to load its kernel libraries, looks for Triton (a GPU compiler) and
+registers its enums with torch's pytree. Three kinds of line come of it, each dropped only where it is noise:
+- "Failed to load <library>.so": without CUDA (a CPU build of torch, or a CUDA build on a machine without a GPU)
+  its CUDA kernels cannot load anyway, and a library built for another Python (torchao ships `_C_mxfp8` for
+  CPython 3.10 only) never can; a library of this Python that fails where CUDA works is a real problem, kept.
+- "Detected no triton": kept where CUDA works, for the same reason.
+- torch's deprecation of `register_constant()` on Enum subclasses: torchao's call, nothing a user can act on.
+Whether CUDA works is asked when such a line comes, so importing the package imports no torch and queries no
+device.
 """
 
 import contextlib
+import functools
 import logging
-from importlib.metadata import PackageNotFoundError, version
+import re
+import sys
+
+# a compiled module's CPython tag, as in `_C_mxfp8.cpython-310-x86_64-linux-gnu.so`
+CPYTHON_TAG = re.compile(r"\.(cpython-\d+)[-.]")
+THIS_PYTHON = f"cpython-{sys.version_info[0]}{sys.version_info[1]}"
 
 
 class _Drop(logging.Filter):
-    def __init__(self, *fragments: str):
+    def __init__(self, *fragments: str, when=lambda message: True):
         super().__init__()
-        self.fragments = fragments
+        self.fragments, self.when = fragments, when
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not all(fragment in record.getMessage() for fragment in self.fragments)
+        message = record.getMessage()
+        return not (all(fragment in message for fragment in self.fragments) and self.when(message))
 
 
-def quiet_torchao_without_cuda() -> None:
-    try:
-        cpu_build = version("torch").endswith("+cpu")
-    except PackageNotFoundError:
-        return
-    if not cpu_build:
-        return
-    logging.getLogger("torchao").addFilter(_Drop("Failed to load", ".so"))
+@functools.cache
+def _without_cuda() -> bool:
+    torch = sys.modules.get("torch")  # imported by torchao before it logs
+    return torch is None or not torch.cuda.is_available()
+
+
+def _never_loads_here(message: str) -> bool:
+    """A kernel library that cannot load on this machine: no CUDA, or built for another Python."""
+    tag = CPYTHON_TAG.search(message.split(":")[0])
+    return _without_cuda() or (tag is not None and tag.group(1) != THIS_PYTHON)
+
+
+def quiet_torchao() -> None:
+    logging.getLogger("torchao").addFilter(_Drop("Failed to load", ".so", when=_never_loads_here))
     # a logger's filter sees only its own records, not its children's
-    logging.getLogger("torchao.kernel.intmm").addFilter(_Drop("Detected no triton"))
+    logging.getLogger("torchao.kernel.intmm").addFilter(_Drop("Detected no triton", when=lambda _: _without_cuda()))
     logging.getLogger("torch.utils._pytree").addFilter(_Drop("is an Enum subclass", "register_constant()"))
 
 

@@ -7,10 +7,12 @@ resuming, trainer_state.pt; it is written under a hidden temporary name and rena
 complete, so a hidden or partial directory never counts.
 """
 
+import hashlib
 import json
 import re
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +200,40 @@ def run_configs(run_dir: Path) -> list[DictConfig]:
 def run_config(run_dir: Path) -> DictConfig:
     """The config a run trained with last: what its newest checkpoint was written under."""
     return run_configs(run_dir)[-1]
+
+
+@dataclass(frozen=True)
+class LossBasis:
+    """What a run's MLM loss is measured against. Losses per masked token compare only between runs of one
+    tokenizer (another splits the text into other tokens) and one mask rate (another asks for more or less of
+    each row); bits per character compares across both."""
+
+    tokenizer: str  # as said: "wordpiece 4096"
+    # the SHA-256 of its newest checkpoint's tokenizer.json without the truncation and padding a call asks for
+    # (a run of 64-token rows saves the same vocabulary as one of 128), else its data config
+    tokenizer_id: str
+    mlm_rate: float
+
+
+def loss_basis(run_dir: Path) -> LossBasis | None:
+    """The LossBasis of a run directory; None without a config.yaml that says it."""
+    try:
+        config = run_config(run_dir)
+    except CrammingError:
+        return None
+    kind, name, size, rate = (OmegaConf.select(config, key) for key in (
+        "data.tokenizer.kind", "data.tokenizer.name", "data.tokenizer.vocab_size", "train.mlm_rate"))
+    if kind is None or rate is None:
+        return None
+    said = f"{kind} {name if kind == 'pretrained' else size}"
+    checkpoint = run_checkpoint(run_dir)
+    if checkpoint is not None and (checkpoint / "tokenizer.json").is_file():
+        saved = {key: value for key, value in json.loads((checkpoint / "tokenizer.json").read_text()).items()
+                 if key not in ("truncation", "padding")}
+        identity = hashlib.sha256(json.dumps(saved, sort_keys=True).encode()).hexdigest()
+    else:  # no checkpoint yet: the corpus and the tokenizer's settings, which train it
+        identity = json.dumps(OmegaConf.to_container(config.data, resolve=True), sort_keys=True)
+    return LossBasis(said, identity, float(rate))
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -43,9 +43,11 @@ def in_process(name: str, *arguments: str, cwd: Path | None = None) -> subproces
     return subprocess.CompletedProcess(sys.argv, code, stdout.getvalue(), stderr.getvalue())
 
 
-def in_subprocess(name: str, *arguments: str, cwd: Path = REPO_ROOT, timeout: int = 120) -> subprocess.CompletedProcess:
-    """`python <script> args...` as a user types it."""
-    env = os.environ | {"PYTHONPATH": str(REPO_ROOT)}
+def in_subprocess(name: str, *arguments: str, cwd: Path = REPO_ROOT, timeout: int = 120,
+                  env: dict[str, str | None] | None = None) -> subprocess.CompletedProcess:
+    """`python <script> args...` as a user types it; `env` sets variables for it (None: unset)."""
+    changes = (env or {}) | {"PYTHONPATH": str(REPO_ROOT)}
+    env = {key: value for key, value in (os.environ | changes).items() if value is not None}
     return subprocess.run([sys.executable, str(REPO_ROOT / SCRIPTS[name]), *arguments], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 

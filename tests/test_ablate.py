@@ -165,8 +165,8 @@ def test_compare_runs_shows_the_last_blimp_and_bits_per_char_of_each_run():
 
     a = [{"step": 5, "loss": 4.0, "val_loss": 4.1, "blimp": 52.0, "bits_per_char": 2.0}, {"step": 6, "loss": 3.9}]
     b = [{"step": 6, "loss": 3.8, "val_loss": 3.9, "blimp": 55.5, "bits_per_char": 1.75}]
-    assert zero_shot_rows(a, b) == ["", "BLiMP, packaged subset (%): 52.0000 (step 5) | 55.5000 (step 6) (+3.5000)",
-                                    "held-out bits per character: 2.0000 (step 5) | 1.7500 (step 6) (-0.2500)"]
+    assert zero_shot_rows(a, b) == ["", "held-out bits per character: 2.0000 (step 5) | 1.7500 (step 6) (-0.2500)",
+                                    "BLiMP, packaged subset (%): 52.0000 (step 5) | 55.5000 (step 6) (+3.5000)"]
     assert zero_shot_rows([{"step": 1, "loss": 4.0}], [{"step": 1, "loss": 4.0}]) == []
 
 

@@ -20,7 +20,7 @@ LAYERS = (
     ("engine", "model"),
     ("data", "hardware", "runs", "provenance"),
     ("cramming",),  # the package's own __init__: its version and where configs/ is
-    ("files", "threads", "library_noise", "plugin_keys", "phase_progress"),
+    ("files", "threads", "library_noise", "plugin_keys", "phase_progress", "hub"),
     ("errors",),
 )
 LAYER_OF = {part: depth for depth, parts in enumerate(LAYERS) for part in parts}

@@ -86,6 +86,7 @@ def test_multirun_runs_each_job_in_its_own_numbered_directory_and_ablate_tables_
         (run_dir,) = (sweep / job / "quickstart").iterdir()
         assert (run_dir / "summary.json").is_file() and (run_dir / "checkpoints" / "final").is_dir()
         assert f"budget: {budget}" in (run_dir / "config.yaml").read_text()
+    assert (run.stdout + run.stderr).count(f"next: python scripts/ablate.py multirun={sweep}   #") == 2  # each job
     table = command("ablate", f"multirun={sweep}", cwd=tmp_path)
     assert table.returncode == 0, table.stderr
     assert f"Sweep `multirun {sweep.name}`; every run: `--config-name quickstart {NO_PROBE}`." in table.stdout

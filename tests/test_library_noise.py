@@ -1,5 +1,6 @@
 """Each command as a user runs it prints only our own lines and progress bars: no torchao, torch or
-transformers warnings before them (cramming.library_noise), on this CPU build of torch."""
+transformers warnings before them (cramming.library_noise), on this CPU build of torch; and transformers
+imported after the package, as every command does, says nothing of torchao on a machine with or without CUDA."""
 
 import os
 import re
@@ -18,6 +19,25 @@ PROGRESS = re.compile(r"\d+%\|")  # tqdm: "tokenizing: 100%|██████�
 OURS = re.compile(r"^\[[\d\- :,]+\]\[(cramming[\w.]*|HYDRA)\]\[")  # Hydra's default log format, our loggers
 # what a library's line looks like where the command logs our messages alone (hydra/job_logging: stdout)
 FOREIGN = re.compile(r"site-packages|^[IWEF]\d{4} |Warning|warn\(|LOAD REPORT|^\[transformers\]|Failed to load")
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_transformers_after_the_package_says_only_what_matters_on_this_machine(tmp_path, cuda):
+    """torch is told whether CUDA works, so the test holds on any machine: without it nothing is left (a CPU
+    build, or a CUDA build without a GPU); with it, only a kernel library of this very Python that failed to
+    load, or a missing Triton, would be (torchao's `_C_mxfp8` is built for CPython 3.10 alone)."""
+    code = (f"import torch\ntorch.cuda.is_available = lambda: {cuda}\n"
+            "import cramming\nfrom transformers import pipeline\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    left = [line for line in done.stderr.splitlines() if line.strip()]
+    this_python = f"cpython-{sys.version_info[0]}{sys.version_info[1]}"
+    tags = [re.findall(r"cpython-\d+", line.split(":")[0]) for line in left if line.startswith("Failed to load")]
+    if cuda:
+        assert all(line.startswith("Failed to load") or "Detected no triton" in line for line in left), left
+        assert all(tag in ([], [this_python]) for tag in tags), left
+    else:
+        assert left == []
 
 
 def run(script: str, *arguments: str, cwd: Path) -> list[str]:

@@ -19,7 +19,7 @@ class Candidate:
     tokens_per_s: float
     tokens: float  # within the budget
     flops: float  # total training FLOPs: tokens x the model's training FLOPs per token
-    optimal_parameters: float  # the size rule's N_opt at this compute
+    optimal_parameters: float  # the size rule's N_opt at this compute: where the loss index is least at it
     loss_index: float  # loss above the irreducible part, relative to the anchor's (loss_model.excess_loss)
     loss: Optional[float]  # predicted final MLM loss; None without a loss fit
     recommended: bool = False
@@ -43,8 +43,8 @@ def evaluate(arch: ModelConfig, speed: SpeedModel, seconds: float, batch: int, v
     flops = tokens * training_flops_per_token(arch, vocab_size, seq_length, mlm_rate)
     parameters = non_embedding_parameters(arch)
     alpha = frontier.alpha if frontier else default_alpha
-    index = float(excess_loss(rule, alpha, parameters, tokens))
-    loss = float(predicted_loss(frontier, rule, parameters, tokens)) if frontier else None
+    index = float(excess_loss(rule, alpha, parameters, flops))
+    loss = float(predicted_loss(frontier, rule, parameters, flops)) if frontier else None
     return Candidate(arch.num_layers, arch.hidden_size, arch.num_heads, arch.intermediate_size, parameters,
                      tokens_per_s, tokens, flops, float(rule.optimal_parameters(flops)), index, loss)
 

@@ -3,10 +3,12 @@ study's compute-optimal size rule (size ∝ compute^0.87), which together give t
 
 Frontier: L*(C) = a · (C / C0)^(−α) + c, fitted on each run's final loss at its total training FLOPs C
 (C0 normalizes; it is the geometric mean of the runs' compute). With the size rule N_opt(C) = N_ref ·
-(C / C_ref)^p and the usual split L(N, D) = c + A·N^(−α/p) + B·D^(−α/(1−p)) with C = 6·N·D, the
-frontier fixes A and B: L(N, D) = c + a' · [p·(N/N_ref)^(−α/p) + (1 − p)·(D/D_ref)^(−α/(1−p))],
-where a' = a·(C_ref/C0)^(−α) and D_ref = C_ref / (6·N_ref). A compute-optimal shape lands on the
-frontier; one too large or too small for its compute lands above it.
+(C / C_ref)^p and the usual split L = c + A·N^(−α/p) + B·(C/N)^(−α/(1−p)) (C/N stands for the data, as
+in C = 6·N·D), the frontier fixes A and B: L(N, C) = c + a' · [p·n^(−α/p) + (1 − p)·(c/n)^(−α/(1−p))],
+with n = N/N_ref, c = C/C_ref and a' = a·(C_ref/C0)^(−α). C is counted in one unit everywhere, the
+training FLOPs the runs, the anchor and the candidates spend (cramming.model.training_flops_per_token):
+over N at a given C, L(N, C) is least exactly at N_opt(C), where it equals L*(C); a shape too large or
+too small for its compute lands above the frontier.
 """
 
 import glob
@@ -138,18 +140,23 @@ def leave_one_out(points: list[RunPoint]) -> list[tuple[str, float, float]]:
     return results
 
 
-def excess_loss(rule: SizeRule, alpha: float, parameters, tokens):
-    """p·(N/N_ref)^(−α/p) + (1 − p)·(D/D_ref)^(−α/(1−p)): loss above c in units of the anchor's.
+def excess_loss(rule: SizeRule, alpha: float, parameters, compute):
+    """p·n^(−α/p) + (1 − p)·(c/n)^(−α/(1−p)) (module docstring): loss above c in units of the anchor's, at
+    `compute` training FLOPs; (C/C_ref)^(−α) at the compute-optimal size (`optimal_excess`), more at any other.
 
     Ranks shapes without absolute losses: it needs only the frontier's exponent α."""
     p = rule.exponent
-    tokens_ref = rule.compute / (6 * rule.params)
     n = np.asarray(parameters, dtype=float) / rule.params
-    d = np.asarray(tokens, dtype=float) / tokens_ref
-    return p * n ** (-alpha / p) + (1 - p) * d ** (-alpha / (1 - p))
+    c = np.asarray(compute, dtype=float) / rule.compute
+    return p * n ** (-alpha / p) + (1 - p) * (c / n) ** (-alpha / (1 - p))
 
 
-def predicted_loss(frontier: Frontier, rule: SizeRule, parameters, tokens):
-    """L(N, D) from the frontier and the size rule (module docstring); equals L*(6·N·D) at N = N_opt."""
+def optimal_excess(rule: SizeRule, alpha: float, compute):
+    """excess_loss at the compute-optimal size: the least any shape reaches with `compute` training FLOPs."""
+    return (np.asarray(compute, dtype=float) / rule.compute) ** -alpha
+
+
+def predicted_loss(frontier: Frontier, rule: SizeRule, parameters, compute):
+    """L(N, C) from the frontier and the size rule (module docstring); equals L*(C) at N = N_opt(C)."""
     scale = frontier.a * (rule.compute / frontier.c0) ** -frontier.alpha
-    return frontier.c + scale * excess_loss(rule, frontier.alpha, parameters, tokens)
+    return frontier.c + scale * excess_loss(rule, frontier.alpha, parameters, compute)

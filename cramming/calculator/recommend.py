@@ -85,6 +85,8 @@ def recommend(cfg: CalculatorConfig) -> Path:
         result["check_run"] = check_run(run, speed)
     report.write_json(output_dir / f"{stem}.json", result)
     (output_dir / f"{stem}.md").write_text(table)
-    report.plot(output_dir / f"{stem}.png", result, frontier, rule, runs)
+    report.plot(output_dir / f"{stem}.png", result, frontier, rule, runs,
+                frontier.alpha if frontier else cfg.loss_exponent)
     print(f"wrote {output_dir / stem}.json, .md and .png")
+    print(f"next: {report.train_command(result)}")
     return output_dir / f"{stem}.json"

@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 
 from cramming.errors import CrammingError, exit_on_user_error
 from cramming.files import read_json_object
-from cramming.runs import comparison_path, differences, read_records, run_checkpoint, run_config
-from cramming.train.plots import plot_comparison
+from cramming.runs import comparison_path, differences, loss_basis, read_records, run_checkpoint, run_config
+from cramming.train.plots import loss_note, plot_comparison
 
 CURVE_ROWS = 12  # steps shown side by side
 
@@ -55,9 +55,10 @@ def curve_rows(a: list[dict], b: list[dict], rows: int = CURVE_ROWS) -> list[tup
 
 
 def zero_shot_rows(a: list[dict], b: list[dict]) -> list[str]:
-    """The last BLiMP and bits per character each run measured (train.validation.zero_shot), side by side."""
+    """The last bits per character (first: it compares across tokenizers and mask rates) and BLiMP each run
+    measured (train.validation.zero_shot), side by side."""
     lines = []
-    for key, title in (("blimp", "BLiMP, packaged subset (%)"), ("bits_per_char", "held-out bits per character")):
+    for key, title in (("bits_per_char", "held-out bits per character"), ("blimp", "BLiMP, packaged subset (%)")):
         last = [next((r for r in reversed(records) if key in r), None) for records in (a, b)]
         if any(record is not None for record in last):
             shown = [f"{r[key]:.4f} (step {r['step']})" if r else "not measured" for r in last]
@@ -86,6 +87,8 @@ def report(a: RunRecord, b: RunRecord, plot: Path | None) -> str:
     lines += zero_shot_rows(a.records, b.records)
     rows = curve_rows(a.records, b.records)
     lines += ["", "loss by step: A | B (B - A)"] if rows else ["", "loss: no step logged by both runs"]
+    if rows and (note := loss_note([("A", loss_basis(a.path)), ("B", loss_basis(b.path))])):
+        lines.append(f"  ({note})")
     lines += [f"  {step}: {la:.4f} | {lb:.4f} ({lb - la:+.4f})" for step, la, lb in rows]
     if plot is not None and a.records and b.records:
         lines.append(f"plot: {plot_comparison([a.path, b.path], plot)}")

@@ -12,6 +12,7 @@ crammed-bert ones load with AutoModelForMaskedLM.from_pretrained(out, trust_remo
 """
 
 import json
+import shlex
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -92,6 +93,20 @@ def main(cfg: ExportConfig) -> None:
 
         check_loadable(Path(cfg.out))
         print(f"uploaded to {push_to_hub(Path(cfg.out), cfg.push_to_hub)}")
+    for line in next_steps(Path(cfg.out)):
+        print(f"next: {line}")
+
+
+def next_steps(out: Path) -> list[str]:
+    """What to run on an export, as commands to copy: GLUE through transformers, and for a masked LM its
+    fill-mask pipeline (which never proposes a special token)."""
+    steps = [f"python eval_glue.py ckpt=hf:{out}   # GLUE through transformers: its tasks from the hub, or "
+             "eval.data_dir=<folder>"]
+    if any(name.endswith("ForMaskedLM") for name in json.loads((out / "config.json").read_text())["architectures"]):
+        code = (f'from transformers import pipeline; fill = pipeline("fill-mask", model={json.dumps(str(out))}, '
+                'trust_remote_code=True); print([c["token_str"] for c in fill("the [MASK] of the house.")])')
+        steps.append(f"python -c {shlex.quote(code)}   # its five likeliest words for [MASK]")
+    return steps
 
 
 def empty_out(out: Path, source: Path, overwrite: bool) -> None:

@@ -8,8 +8,10 @@
     python pretrain.py -m train.optim.lr=5e-4,1e-3                # a Hydra sweep: one numbered job per value
 """
 
+import logging
 import os
 import sys
+from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 
@@ -20,10 +22,12 @@ from cramming.pretraining import (  # registers the config schemas
     PretrainConfig,
     pretrain,
 )
+from cramming.runs import FINAL
 from cramming.threads import set_cpu_threads
 from cramming.train.settings import device_type
 
 DIRECTORIES = ("output_dir", "cache_dir")  # what the run writes in
+log = logging.getLogger(__name__)
 
 
 def checked_job(cfg, overrides: list[str], config_name: str, world_size: int | None = None):
@@ -48,7 +52,22 @@ def main(cfg: PretrainConfig) -> None:
         sys.exit(preflight(cfg))
     if job_dir := sweep_job_dir():  # a multirun job's run lives in the job's numbered directory
         cfg.output_dir = job_dir
-    pretrain(cfg)
+    run_dir = pretrain(cfg)
+    if int(os.environ.get("RANK", "0")) == 0:  # torchrun's other ranks say nothing more
+        for line in next_steps(run_dir, glue_done=cfg.eval is not None, sweep_dir=job_dir and Path(job_dir).parent):
+            log.info("next: %s", line)
+
+
+def next_steps(run_dir: Path, glue_done: bool, sweep_dir: Path | None) -> list[str]:
+    """What to run after a finished run, as commands to copy: GLUE on its final checkpoint (unless eval=glue
+    scored it already) and its export; after a sweep's job, the sweep's table."""
+    if sweep_dir is not None:
+        return [f"python scripts/ablate.py multirun={sweep_dir}   # once every job has run: one table, one loss plot"]
+    final = run_dir / "checkpoints" / FINAL
+    glue = [f"python eval_glue.py ckpt={final}   # GLUE: its tasks from the hub, or eval.data_dir=<folder>"]
+    return [*([] if glue_done else glue),
+            f"python scripts/export.py ckpt={final} out=exported/{run_dir.parent.name}-{run_dir.name}   # for "
+            "transformers"]
 
 
 if __name__ == "__main__":

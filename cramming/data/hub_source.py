@@ -14,6 +14,7 @@ from typing import Optional
 from cramming.data.config import DataBaseConfig
 from cramming.data.local_source import READ_BATCH_ROWS
 from cramming.data.source_base import Document, Source, split_records
+from cramming import hub
 from cramming.errors import CrammingError, require
 from cramming.plugin_keys import Setting
 
@@ -70,6 +71,7 @@ class HubSource(Source):
         if self._resolved:
             return self._commit
         requested = self.cfg.hub_revision
+        offline = hub.offline()
         if requested is not None and COMMIT.fullmatch(requested):
             self._commit = requested
         else:
@@ -80,7 +82,7 @@ class HubSource(Source):
             except Exception as error:  # offline, unknown dataset or revision: the hub client's message says which
                 if requested is not None:
                     raise CrammingError(f"data.hub_revision={requested}: cannot resolve it for {self.where}: "
-                                        f"{type(error).__name__}: {error}") from None
+                                        f"{type(error).__name__}: {error}{_out_of_reach(offline)}") from None
                 log.info("%s: its commit is not recorded (the hub did not answer: %s)", self.where,
                          type(error).__name__)
         self._resolved = True
@@ -100,5 +102,11 @@ class HubSource(Source):
             stream = datasets.load_dataset(cfg.hub_path, cfg.hub_name, split=cfg.split, streaming=cfg.streaming,
                                            **pinned)
         except Exception as error:  # offline, unknown name, no such split: the hub client's own message says which
-            raise CrammingError(f"cannot load {self.where}: {type(error).__name__}: {error}") from None
+            raise CrammingError(f"cannot load {self.where}: {type(error).__name__}: {error}"
+                                f"{_out_of_reach(hub.offline())}") from None
         yield from split_records(stream.iter(batch_size=READ_BATCH_ROWS), cfg.text_column, self.where)
+
+
+def _out_of_reach(offline: str | None) -> str:
+    """What an error adds when the hub is out of reach: why, and the sources that read no network."""
+    return f" (the hub is out of reach: {offline}; data=embedded and data=local read no network)" if offline else ""

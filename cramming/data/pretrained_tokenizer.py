@@ -12,6 +12,7 @@ import json
 
 from tokenizers import Tokenizer
 
+from cramming import hub
 from cramming.data.tokenizer import with_pair_template
 from cramming.data.vocab import MAX_VOCAB_SIZE, SPECIAL_TOKENS
 from cramming.errors import CrammingError
@@ -23,12 +24,13 @@ def pretrained_tokenizer(name: str) -> Tokenizer:
     """The tokenizer at `name` (hub id or folder) with the special tokens at their fixed ids."""
     from transformers import AutoTokenizer  # noqa: PLC0415 -- transformers only for tokenizer.kind=pretrained
 
+    offline = hub.offline_for(name)
     try:
         # a tokenizer runs no code of its own: without this, a folder whose model ships remote code (our exports)
         # stops at transformers' "Do you wish to run the custom code? [y/N]" prompt
         loaded = AutoTokenizer.from_pretrained(name, trust_remote_code=False)
     except (OSError, ValueError) as error:  # not found, offline, no tokenizer files in the folder
-        reason = " ".join(str(error).split())[:300]
+        reason = " ".join(str(error).split())[:300].rstrip(".") + hub.out_of_reach(offline)
         raise CrammingError(f"data.tokenizer.name={name}: cannot load a tokenizer ({reason})") from None
     if not getattr(loaded, "is_fast", False):
         raise CrammingError(f"data.tokenizer.name={name}: only a fast (tokenizers-backed) tokenizer can be used")

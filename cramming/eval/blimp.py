@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from cramming import hub
 from cramming.errors import CrammingError
 from cramming.eval.pll import DEFAULT_METHOD, MaskedLM, check_method, score_texts
 
@@ -121,12 +122,14 @@ def _hub_records():
     """Every paradigm of nyu-mll/blimp (one hub config each)."""
     import datasets  # noqa: PLC0415 -- as above
 
+    offline = hub.offline()
     try:
         names = datasets.get_dataset_config_names(HUB_DATASET)
         for name in names:
             yield from datasets.load_dataset(HUB_DATASET, name, split="train")
     except (ConnectionError, OSError, ValueError) as error:
-        raise CrammingError(f"blimp_dir unset: cannot load {HUB_DATASET} from the hub ({_reason(error)}); "
+        raise CrammingError(f"blimp_dir unset: cannot load {HUB_DATASET} from the hub "
+                            f"({_reason(error)}{hub.out_of_reach(offline)}); "
                             "give blimp_dir=<folder of the BLiMP .jsonl files>") from None
 
 

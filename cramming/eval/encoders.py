@@ -16,7 +16,9 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from cramming import hub
 from cramming.errors import CrammingError
+from cramming.files import share_weights
 from cramming.eval.config import HF_PREFIX
 from cramming.eval.parameter_efficient import LoraSettings
 from cramming.library_noise import without_load_report
@@ -129,6 +131,7 @@ def _transformers_encoder(reference: str, dropout: float) -> PretrainedEncoder:
     def save(model, folder):
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
+        share_weights(Path(folder))
 
     return PretrainedEncoder(f"{HF_PREFIX}{reference}", tokenizer, positions, None, load, save)
 
@@ -161,6 +164,7 @@ def check_transformers_reference(reference: str) -> str:
         raise CrammingError(f"{key}: no such folder")
     if _is_our_checkpoint(folder):
         raise CrammingError(f"{key}: this is one of our checkpoints; score it with ckpt={reference} (without hf:)")
+    hub.offline_for(reference)  # a hub id: whether the hub answers, asked once before the loads
     return key
 
 
@@ -171,11 +175,11 @@ def _is_our_checkpoint(folder: Path) -> bool:
         return False
 
 
-def attempt(key: str, load: Callable, *args, **kwargs):
+def attempt(key: str, load: Callable, reference: str, *args, **kwargs):
     """transformers' loaders raise OSError, ValueError or hub errors for a missing, unreachable or unknown
-    model: one line naming the reference."""
+    model: one line naming the reference, and why the hub is out of reach where it is."""
     try:
-        return load(*args, **kwargs)
+        return load(reference, *args, **kwargs)
     except (OSError, ValueError, KeyError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CrammingError(f"{key}: cannot load it ({reason})") from None
+        reason = str(error).strip().splitlines()[0].rstrip(".") if str(error).strip() else type(error).__name__
+        raise CrammingError(f"{key}: cannot load it ({reason}{hub.out_of_reach(hub.offline_for(reference))})") from None

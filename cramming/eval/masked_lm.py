@@ -2,10 +2,14 @@
 our checkpoints, or `hf:<hub id or folder>` (our exports, a transformers BERT or ModernBERT, any AutoModelForMaskedLM).
 
 Each masked row needs the vocabulary at one position only, so the decoder runs there alone: on our model through
-its sparse-prediction path, on a transformers model by gathering that position before its output embeddings
-(where the model has them as a module; otherwise its full logits are gathered after).
+its sparse-prediction path, on our export by naming that position (`masked_positions`), on another transformers
+model by gathering that position before its output embeddings (where the model has them as a module; otherwise
+its full logits are gathered after). A score reads the head's own distribution, special tokens included, as
+training does: our export keeps those out of its predictions only (a call that names no position), and a native
+BERT or ModernBERT export in its decoder bias, so its scores leave them out.
 """
 
+import inspect
 import logging
 from pathlib import Path
 
@@ -42,8 +46,9 @@ class TransformersMaskedLM:
         self.model, self.tokenizer, self.description, self.provenance = model.eval(), tokenizer, description, None
         self.device = next(model.parameters()).device
         self._positions: torch.Tensor | None = None
+        self.names_positions = "masked_positions" in inspect.signature(model.forward).parameters  # our export
         decoder = model.get_output_embeddings()
-        if isinstance(decoder, nn.Module):
+        if isinstance(decoder, nn.Module) and not self.names_positions:
             decoder.register_forward_pre_hook(self._gather)
 
     def _gather(self, module, args):
@@ -55,11 +60,15 @@ class TransformersMaskedLM:
         return (hidden.gather(1, index), *args[1:])  # (B, 1, C)
 
     def log_probs(self, input_ids, attention_mask, positions) -> torch.Tensor:
-        self._positions = positions
-        try:
-            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
-        finally:
-            self._positions = None
+        if self.names_positions:
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                                masked_positions=positions[:, None]).logits  # (B, 1, V), or (B, T, V) unsparse
+        else:
+            self._positions = positions
+            try:
+                logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+            finally:
+                self._positions = None
         if logits.shape[1] != 1:  # (B, T, V): the decoder ran everywhere
             logits = logits.gather(1, positions[:, None, None].expand(-1, 1, logits.shape[-1]))
         return logits[:, 0].float().log_softmax(-1)  # (B, V)

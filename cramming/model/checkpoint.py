@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..errors import CrammingError, size_text
+from ..files import share_weights
 from .config import ModelConfig, as_model_config
 from .crammed_bert import CrammedForMaskedLM, CrammedForSequenceClassification
 from .factory import build_classifier
@@ -78,6 +79,7 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike, tokenizer: "
         number = int(code.group(1))
         raise OSError(number, os.strerror(number), str(directory / WEIGHTS_NAME)) from None
     os.replace(directory / (WEIGHTS_NAME + ".tmp"), directory / WEIGHTS_NAME)
+    share_weights(directory)
     (directory / (CONFIG_NAME + ".tmp")).write_text(json.dumps(config, indent=2) + "\n")
     os.replace(directory / (CONFIG_NAME + ".tmp"), directory / CONFIG_NAME)
     tokenizer.save_pretrained(directory)

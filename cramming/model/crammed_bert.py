@@ -189,6 +189,18 @@ def has_decoder_bias(cfg) -> bool:
     return cfg.bias if cfg.decoder_bias is None else cfg.decoder_bias
 
 
+# [PAD] [UNK] [CLS] [SEP] [MASK]: ids 0 to 4 in every tokenizer of ours (cramming/data/vocab.py, which this file,
+# shipped as the export's remote code, cannot import). No special token is ever a label.
+SPECIAL_IDS = 5
+
+
+def never_special(logits: torch.Tensor) -> torch.Tensor:
+    """`logits` (..., V) with the special tokens' at the lowest value their dtype holds: a prediction never
+    proposes one (a young model's top guess for [MASK] was [MASK] itself, its embedding being closest)."""
+    special = torch.arange(SPECIAL_IDS, device=logits.device)
+    return logits.index_fill(-1, special, torch.finfo(logits.dtype).min)
+
+
 class MaskedLMHead(nn.Module):
     """Optional transform (dense, GELU, LayerNorm: BERT's and ModernBERT's), then the decoder tied to the
     token embedding."""
@@ -263,7 +275,10 @@ class CrammedForMaskedLM(nn.Module):
         """input_ids, labels (B, T), labels -100 where nothing is predicted; masked_positions (B, k), sorted.
 
         logits are (B, k, V) on the sparse path, (B, T, V) otherwise; loss is the mean cross-entropy over
-        labels != -100 (None without labels).
+        labels != -100 (None without labels). A call with neither labels nor masked_positions is a prediction
+        (a fill-mask pipeline's): its logits never propose a special token (`never_special`). Training,
+        validation and a teacher name their positions, and a scorer reads the head (cramming.eval.masked_lm):
+        they see the head's own logits.
         """
         positions = masked_positions if self.config.sparse_prediction else None
         # k is the same for every row, so all shapes are static (compiles with fullgraph=True).
@@ -274,6 +289,8 @@ class CrammedForMaskedLM(nn.Module):
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        elif masked_positions is None:
+            logits = never_special(logits)
         return Output(loss, logits)
 
 

@@ -24,11 +24,12 @@ from transformers import (
 
 from ..data.tokenizer import as_transformers_tokenizer
 from ..errors import CrammingError
+from ..files import share_weights
 from . import configuration_crammed_bert, crammed_bert, initialization, layers, modeling_crammed_bert
 from . import unpadded
 from .checkpoint import load_pretrained
 from .configuration_crammed_bert import CrammedBertConfig
-from .crammed_bert import CrammedForMaskedLM, at_native_defaults, has_decoder_bias
+from .crammed_bert import CrammedForMaskedLM, at_native_defaults, has_decoder_bias, never_special
 from .export_modernbert import is_modernbert_layout, modernbert_config, modernbert_state
 from .layers import has_local_layers
 
@@ -59,6 +60,7 @@ def export_to_transformers(directory_in: str | os.PathLike, directory_out: str |
         _save_remote_code(model, directory_out)
     tokenizer.save_pretrained(directory_out)
     _name_a_tokenizer_class_every_version_has(Path(directory_out) / "tokenizer_config.json")
+    share_weights(Path(directory_out))
 
 
 def _name_a_tokenizer_class_every_version_has(tokenizer_config: Path) -> None:
@@ -152,7 +154,8 @@ def _native_bert_state(model, is_mlm: bool) -> dict[str, torch.Tensor]:
         for param in ("weight", "bias"):
             state[f"cls.predictions.transform.dense.{param}"] = ours[f"cls.transform.dense.{param}"]
             state[f"cls.predictions.transform.LayerNorm.{param}"] = ours[f"cls.transform.LayerNorm.{param}"]
-        state["cls.predictions.bias"] = state["cls.predictions.decoder.bias"] = ours["cls.bias"]
+        # the special tokens' bias at the lowest float: BertForMaskedLM's predictions never propose one, as ours
+        state["cls.predictions.bias"] = state["cls.predictions.decoder.bias"] = never_special(ours["cls.bias"])
         state["cls.predictions.decoder.weight"] = ours["bert.embeddings.word_embeddings.weight"]
     else:
         for param in ("weight", "bias"):

@@ -15,7 +15,7 @@ from transformers import ModernBertConfig
 
 from cramming.data.vocab import CLS_ID, PAD_ID, SEP_ID
 
-from .crammed_bert import at_native_defaults, has_decoder_bias
+from .crammed_bert import at_native_defaults, never_special
 from .layers import attends_globally
 
 def is_modernbert_layout(cfg) -> bool:
@@ -51,7 +51,7 @@ def modernbert_config(model) -> ModernBertConfig:
         attention_bias=cfg.bias,
         mlp_bias=cfg.bias,
         classifier_bias=cfg.bias,
-        decoder_bias=has_decoder_bias(cfg),
+        decoder_bias=True,  # always: it keeps the special tokens out of the predictions (modernbert_state)
         layer_types=["full_attention" if attends_globally(cfg, index) else "sliding_attention"
                      for index in range(cfg.num_layers)],
         local_attention=cfg.local_attention,
@@ -86,8 +86,10 @@ def modernbert_state(model, is_mlm: bool) -> dict[str, torch.Tensor]:
     ours, state = model.state_dict(), {}
     if is_mlm:
         state["decoder.weight"] = ours["bert.embeddings.word_embeddings.weight"]  # tied
-        if "cls.bias" in ours:
-            state["decoder.bias"] = ours.pop("cls.bias")
+        # ours, or zeros where ours has none; the special tokens' at the lowest float, so that predictions (a
+        # fill-mask pipeline) never propose one, as our model's own never do
+        bias = ours.pop("cls.bias", torch.zeros(model.vocab_size))
+        state["decoder.bias"] = never_special(bias)
     for name, tensor in ours.items():
         module, _, parameter = name.rpartition(".")
         state[f"{renames[module]}.{parameter}"] = tensor

@@ -28,6 +28,7 @@ from .crammed_bert import (
     CrammedForMaskedLM,
     CrammedForSequenceClassification,
     Encoder,
+    never_special,
 )
 from .initialization import init_module
 # transformers 5.0 copies from a local export folder only the files that this file imports, not the files
@@ -93,7 +94,10 @@ class CrammedBertForMaskedLM(CrammedBertPreTrainedModel):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, masked_positions=None,
                 output_hidden_states=None, output_attentions=None, return_dict=None):
-        """Logits (B, T, V), or (B, k, V) at `masked_positions` (B, k); token_type_ids: as CrammedBertModel."""
+        """Logits (B, T, V), or (B, k, V) at `masked_positions` (B, k); token_type_ids: as CrammedBertModel.
+        Without labels or masked_positions (a prediction: the fill-mask pipeline's call) no special token is
+        ever proposed, as in the training model's forward; with masked_positions, the head's own logits (a
+        scorer's: cramming.eval.masked_lm)."""
         if output_hidden_states or output_attentions or self.config._attn_implementation == "eager":
             last, hidden, attentions = self._encode(input_ids, attention_mask, output_hidden_states,
                                                     output_attentions)
@@ -102,6 +106,8 @@ class CrammedBertForMaskedLM(CrammedBertPreTrainedModel):
                 labels = None if labels is None else labels.gather(1, masked_positions)
             logits = self.crammed.cls(last, self.get_input_embeddings().weight)  # (B, T or k, V)
             loss = None if labels is None else F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+            if labels is None and masked_positions is None:
+                logits = never_special(logits)
         else:
             out = self.crammed(input_ids, labels, masked_positions, attention_mask)
             loss, logits, hidden, attentions = out.loss, out.logits, None, None

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from ..errors import CrammingError
+from ..files import share_weights
 
 QUANTIZATIONS = ("int8",)
 WEIGHTS = "model.safetensors"
@@ -71,5 +72,6 @@ def write_quantized(export_dir: str | os.PathLike, out_dir: str | os.PathLike, m
     model.save_pretrained(out_dir)
     AutoTokenizer.from_pretrained(export_dir, trust_remote_code=True).save_pretrained(out_dir)
     _name_a_tokenizer_class_every_version_has(out_dir / "tokenizer_config.json")
+    share_weights(out_dir)
     fp32, quantized = (export_dir / WEIGHTS).stat().st_size, (out_dir / WEIGHTS).stat().st_size
     return {"method": method, "fp32_bytes": fp32, "quantized_bytes": quantized, "ratio": quantized / fp32}

@@ -53,6 +53,33 @@ def test_ranks_shapes_with_a_loss_fit_and_writes_outputs(tmp_path):
     assert [c["loss"] for c in candidates] == sorted(c["loss"] for c in candidates)
     assert "**recommended**" in (tmp_path / "out" / "2080ti-24h.md").read_text()
     assert (tmp_path / "out" / "2080ti-24h.png").stat().st_size > 10_000
+    said_what_trains_it(result, report, tmp_path / "out" / "2080ti-24h.md")
+
+
+def said_what_trains_it(result, report: dict, markdown: Path) -> None:
+    """The recommended shape as the overrides that train it (the last line, and in the markdown), and what it is
+    against the compute-optimal size of its FLOPs: the table's column and the recommendation agree on it."""
+    best = report["candidates"][0]
+    command = (f"python pretrain.py budget={report['budget_hours']:g} gpu={report['gpu']} "
+               f"arch.num_layers={best['layers']} arch.hidden_size={best['hidden']} arch.num_heads={best['heads']} "
+               f"arch.intermediate_size={best['ffn']}")
+    assert result.stdout.strip().splitlines()[-1] == f"next: {command}"
+    assert f"Train it: `{command}`" in markdown.read_text()
+    ratio = best["parameters"] / best["optimal_parameters"]
+    assert (f"Recommended: {best['layers']} x {best['hidden']} (" in result.stdout
+            and f"{ratio:.2g}x the compute-optimal size for the {best['flops']:.3g} FLOPs" in result.stdout)
+
+
+def test_without_runs_the_recommendation_is_the_lowest_loss_index_and_says_why_it_is_not_the_optimal_size(tmp_path):
+    """A 2080 Ti day recommended 10 x 1024 beside a column saying 43.4M, and printed no command to train it."""
+    result = in_process("calculator", "budget=24", "gpu=2080ti", f"output_dir={tmp_path / 'out'}",
+                        f"cache_dir={tmp_path / 'cache'}", cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "out" / "2080ti-24h.json").read_text())
+    best = report["candidates"][0]
+    assert best["recommended"] and best["parameters"] > 1.25 * best["optimal_parameters"]  # (the V100 constants)
+    said_what_trains_it(result, report, tmp_path / "out" / "2080ti-24h.md")
+    assert "the best shape near its own compute-optimal size" in result.stdout  # and why that one ranks lower
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import pytest
 from cramming.calculator.candidates import Candidate, evaluate, rank, shapes
 from cramming.calculator.loss_model import Frontier, SizeRule
 from cramming.calculator.speed_model import V100_REFERENCE, SpeedModel
-from cramming.model import ModelConfig
+from cramming.model import ModelConfig, training_flops_per_token
 
 BASE = ModelConfig(name="candidate")
 
@@ -34,7 +34,8 @@ def test_ranking_with_a_frontier_orders_by_predicted_loss():
     speed = SpeedModel("v100", V100_REFERENCE, "reference")
     arch = replace(BASE, num_layers=16, hidden_size=768)
     tokens = speed.tokens_per_second(arch, 128, 32768, 128, 0.25) * 86400
-    rule = SizeRule(params=94.4e6, compute=6 * 94.4e6 * tokens)  # crammed-bert optimal for this day
+    # crammed-bert optimal for this day, its compute in training FLOPs as the calculator's anchor counts it
+    rule = SizeRule(params=94371840, compute=tokens * training_flops_per_token(arch, 32768, 128, 0.25))
     frontier = Frontier(a=1.0, alpha=0.1, c=1.5, c0=1e18)
     evaluated = [evaluate(a, speed, 86400, 128, 32768, 128, 0.25, rule, frontier, 0.05)
                  for a in shapes(BASE, [2, 8, 16, 24], [128, 384, 768, 1024], 64, 4)]
@@ -43,4 +44,5 @@ def test_ranking_with_a_frontier_orders_by_predicted_loss():
     assert losses == sorted(losses)
     assert ranked[0].recommended and 1.5 < losses[0] < losses[-1]
     crammed = next(c for c in evaluated if (c.layers, c.hidden) == (16, 768))
-    assert crammed.loss_index == pytest.approx(1.0, abs=0.02)  # the anchor is on the frontier
+    assert crammed.loss_index == pytest.approx(1.0, abs=1e-9)  # the anchor is on the frontier, exactly
+    assert crammed.optimal_parameters == pytest.approx(crammed.parameters)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from cramming.calculator.loss_model import (Frontier, SizeRule, expand_runs, fit_frontier, leave_one_out,
-                                            predicted_loss, read_run)
+from cramming.calculator.loss_model import (Frontier, SizeRule, excess_loss, expand_runs, fit_frontier,
+                                            leave_one_out, optimal_excess, predicted_loss, read_run)
 from cramming.errors import CrammingError
 from cramming.model import ModelConfig, training_flops_per_token
 from cramming.calculator.speed_model import non_embedding_parameters
@@ -37,13 +37,17 @@ def test_fit_needs_three_runs():
 
 
 def test_compute_optimal_shapes_land_on_the_frontier_and_others_above():
+    """The size rule's N_opt(C) is where the loss is least at C, in the one unit of compute both use: the
+    calculator's column (N_opt) and its ranking (the loss) cannot disagree at a given compute."""
     rule = SizeRule(params=1e8, compute=1e19)
     for compute in (1e17, 1e19, 1e21):
         n = float(rule.optimal_parameters(compute))
-        on = predicted_loss(TRUE, rule, n, compute / (6 * n))
+        on = predicted_loss(TRUE, rule, n, compute)
         assert float(on) == pytest.approx(float(TRUE.loss(compute)), rel=1e-9)
-        for factor in (0.25, 4.0):  # same compute, the wrong size
-            assert predicted_loss(TRUE, rule, n * factor, compute / (6 * n * factor)) > on
+        assert float(excess_loss(rule, TRUE.alpha, n, compute)) == pytest.approx(
+            float(optimal_excess(rule, TRUE.alpha, compute)), rel=1e-12)
+        for factor in (0.8, 0.25, 1.25, 4.0):  # same compute, the wrong size
+            assert predicted_loss(TRUE, rule, n * factor, compute) > on
 
 
 def test_size_rule_matches_the_reference_numbers():

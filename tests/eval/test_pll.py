@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from cramming.eval.blimp import Pair, Paradigm, load_blimp, load_packaged, published, score_blimp
-from cramming.eval.masked_lm import open_masked_lm
+from cramming.eval.masked_lm import CrammingMaskedLM, open_masked_lm
 from cramming.eval.pll import METHODS, encode, masked_rows, score_texts
 from cramming.errors import CrammingError
 from tests.conftest import SHARED_DATA
@@ -47,8 +47,17 @@ def blimp_dir(tmp_path_factory):
     return folder
 
 
+def full_logits(lm, row: list[int]) -> torch.Tensor:
+    """(T, V): every position's logits from the model's head (not the sparse path). Our model's forward without
+    labels is a prediction, which keeps the special tokens out; a score reads the head itself."""
+    ids = torch.tensor([row])
+    if isinstance(lm, CrammingMaskedLM):
+        return lm.model.cls(lm.model.bert(ids), lm.model.bert.embeddings.word_embeddings.weight)[0]
+    return lm.model(ids).logits[0]
+
+
 def naive_pll(lm, text: str, method: str) -> float:
-    """One masked row at a time, the full-sequence logits of the model's own forward (not the sparse path)."""
+    """One masked row at a time, the full-sequence logits of the model's head (not the sparse path)."""
     encoded = lm.tokenizer(text)
     ids, words = encoded["input_ids"], encoded.word_ids()
     total = 0.0
@@ -60,7 +69,7 @@ def naive_pll(lm, text: str, method: str) -> float:
             if later == position or (method == "pll-word-l2r" and words[later] == word):
                 row[later] = lm.tokenizer.mask_token_id
         with torch.no_grad():
-            logits = lm.model(torch.tensor([row])).logits[0, position]  # (V,)
+            logits = full_logits(lm, row)[position]  # (V,)
         total += logits.double().log_softmax(-1)[ids[position]].item()
     return total
 

@@ -5,12 +5,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer
+from transformers import (
+    AutoConfig,
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    pipeline,
+)
 from transformers.dynamic_module_utils import get_relative_import_files, get_relative_imports
 
 from cramming.errors import CrammingError
 from cramming.model import build_classifier, build_mlm_model
 from cramming.model.checkpoint import build_classifier_from_pretrained, save_pretrained
+from cramming.model.crammed_bert import SPECIAL_IDS
 from cramming.model.export import export_to_transformers
 
 from .conftest import SCHEMES, arch_config
@@ -43,6 +50,7 @@ def test_transformers_loads_export_with_equal_logits(tmp_path, tokenizer, name, 
     with torch.no_grad():
         expected = model(inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
         torch.testing.assert_close(hf_mlm(**inputs).logits[real], expected[real], rtol=1e-4, atol=1e-4)
+    never_special_in_fill_mask(tmp_path / "hf", len(tokenizer))
 
     classifier, _ = build_classifier_from_pretrained(tmp_path / "ckpt", num_labels=3)
     torch.nn.init.normal_(classifier.head.dense.bias, std=0.5)  # make every head parameter count
@@ -61,6 +69,22 @@ def test_transformers_loads_export_with_equal_logits(tmp_path, tokenizer, name, 
         tmp_path / "hf", trust_remote_code=True, num_labels=2
     )
     assert fresh(**inputs).logits.shape == (2, 2) and torch.isfinite(fresh(**inputs).logits).all()
+
+
+def never_special_in_fill_mask(export: Path, vocab_size: int) -> None:
+    """transformers' fill-mask pipeline on the export: its every candidate but the special tokens' comes first
+    (an untrained model's top guess was [MASK] itself, its tied embedding being closest)."""
+    fill = pipeline("fill-mask", model=str(export), trust_remote_code=True, top_k=vocab_size - SPECIAL_IDS)
+    candidates = fill("abc [MASK] ghij")
+    assert len(candidates) == vocab_size - SPECIAL_IDS
+    assert min(candidate["token"] for candidate in candidates) >= SPECIAL_IDS, candidates[:3]
+
+
+def test_the_models_special_ids_are_the_vocabularys():
+    """crammed_bert.py ships as remote code and cannot import cramming.data.vocab: the same five ids, written twice."""
+    from cramming.data.vocab import MASK_ID, SPECIAL_TOKENS
+
+    assert SPECIAL_IDS == len(SPECIAL_TOKENS) and MASK_ID == SPECIAL_IDS - 1
 
 
 def test_export_refuses_its_own_directory(tmp_path, tokenizer):

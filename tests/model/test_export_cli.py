@@ -1,13 +1,17 @@
 """A real run of scripts/export.py, loaded back with transformers' Auto classes, and its one-line errors (the
 upload's as a real process too, the others through its main() in this process: tests/commands.py)."""
 
+import ast
 import json
+import os
+import shlex
 import subprocess
 import sys
 
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
+from cramming.data.vocab import SPECIAL_TOKENS
 from cramming.model import build_mlm_model
 from cramming.model.checkpoint import save_pretrained
 from tests.commands import in_process
@@ -25,6 +29,18 @@ def test_export_script_writes_a_directory_transformers_loads(tmp_path, tokenizer
     )
     assert run.returncode == 0, run.stderr
     assert f"exported {run_dir / 'checkpoints' / 'final'} to {tmp_path / 'hf'}" in run.stdout
+    glue, fill = [line.removeprefix("next: ").partition("   #")[0] for line in run.stdout.splitlines()
+                  if line.startswith("next: ")]  # what to run on it, as commands to copy
+    assert glue == f"python eval_glue.py ckpt=hf:{tmp_path / 'hf'}"
+    filled = subprocess.run(shlex.split(fill), capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert filled.returncode == 0, filled.stderr
+    proposed = ast.literal_eval(filled.stdout.strip().splitlines()[-1])  # transformers' own fill-mask pipeline
+    assert len(proposed) == 5 and not set(proposed) & set(SPECIAL_TOKENS), proposed
+    umask = os.umask(0o022)
+    os.umask(umask)
+    for folder in (run_dir / "checkpoints" / "final", tmp_path / "hf"):  # safetensors' own files were 0600
+        modes = {path.name: oct(path.stat().st_mode & 0o777) for path in folder.iterdir() if path.is_file()}
+        assert set(modes.values()) == {oct(0o666 & ~umask)}, modes
     exported = AutoModelForMaskedLM.from_pretrained(tmp_path / "hf", trust_remote_code=True).eval()
     loaded_tokenizer = AutoTokenizer.from_pretrained(tmp_path / "hf", trust_remote_code=True)
     inputs = loaded_tokenizer("abc defg hij", return_tensors="pt")

@@ -13,6 +13,7 @@ from cramming.model.checkpoint import build_classifier_from_pretrained, save_pre
 from cramming.model.export import export_to_transformers
 
 from .conftest import arch_config
+from .test_export import never_special_in_fill_mask
 
 LENGTHS = {128: [128, 70, 9], 512: [512, 300, 131, 17]}  # real tokens per row, right-padded
 
@@ -109,6 +110,7 @@ def test_fill_mask_and_a_new_classifier_without_remote_code(mlm_export):
     fill = pipeline("fill-mask", model=str(root / "hf"), top_k=3)
     candidates = fill("abc [MASK] ghij")
     assert len(candidates) == 3 and candidates[0]["score"] >= candidates[2]["score"]
+    never_special_in_fill_mask(root / "hf", fill.tokenizer.vocab_size)
     fresh = AutoModelForSequenceClassification.from_pretrained(root / "hf", num_labels=2)  # encoder + a new head
     inputs = fill.tokenizer(["abc def", "ab cd ef gh"], padding=True, return_tensors="pt")
     assert fresh(**inputs).logits.shape == (2, 2)

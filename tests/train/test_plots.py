@@ -85,9 +85,65 @@ def test_the_zero_shot_curves_are_drawn_against_tokens_and_time_beside_the_publi
     assert len(figure.axes) == 6  # loss, BLiMP, bits per character; against time and tokens
     for axes in figure.axes[2:4]:
         labels = [line.get_label() for line in axes.get_lines()]
-        assert labels == ["a", "b", "5-gram (published)", "LSTM (published)"]
-        assert [line.get_ydata()[0] for line in axes.get_lines()[2:]] == [61.2, 69.8]
+        assert labels == ["a", "b", "chance (50%)", "5-gram (published)", "LSTM (published)"]
+        assert [line.get_ydata()[0] for line in axes.get_lines()[2:]] == [50.0, 61.2, 69.8]
     assert [line.get_label() for line in figure.axes[4].get_lines()] == ["a", "b"]
+
+
+def drawn(monkeypatch) -> dict:
+    """The panels plot_run hands each figure, by its file's stem."""
+    panels, save = {}, plots._save
+
+    def keep(given, path, title):
+        panels[path.stem] = given
+        return save(given, path, title)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    return panels
+
+
+def test_a_run_validated_once_draws_its_two_values_beside_chance_not_four_dots(tmp_path, monkeypatch):
+    """A run with only its end validation drew four panels of one dot each, with no chance line."""
+    run_dir = tmp_path / "cpu-run" / "2026-01-01_00-00-00"
+    run_dir.mkdir(parents=True)
+    records = [{"step": step, "elapsed": 3.0 * step, "tokens": 4096 * step, "loss": 9.0, "lr": 1e-3,
+                "batch_size": 32, "tokens_per_s": 700.0, **({"blimp": 52.09, "bits_per_char": 3.1777} if step == 3
+                                                            else {})} for step in (1, 2, 3)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    panels = drawn(monkeypatch)
+    sizes = {path.stem: imread(path).shape[:2] for path in plot_run(run_dir)}
+    assert sizes["zero_shot"] == (400, 1100)  # BLiMP and bits per character against tokens: one row
+    blimp, bits = plots.panels_figure(panels["zero_shot"], "t").axes
+    assert [text.get_text() for text in blimp.texts + bits.texts] == ["52.09", "3.178"]
+    assert {line.get_label(): line.get_ydata()[0] for line in blimp.get_lines()[1:]} == plots.BLIMP_LINES
+    assert blimp.get_lines()[0].get_marker() == "o"
+
+
+def test_the_gradient_plot_draws_the_runs_clip_threshold(tmp_path, monkeypatch):
+    """A run clipping every step said nothing of the threshold it clipped at (the config's, a resume's last)."""
+    from omegaconf import OmegaConf
+
+    from cramming.runs import record_config
+
+    run_dir = tmp_path / "run" / "2026-01-01_00-00-00"
+    run_dir.mkdir(parents=True)
+    records = [{"step": step, "elapsed": 3.0 * step, "tokens": 4096 * step, "loss": 9.0, "lr": 1e-3,
+                "batch_size": 32, "tokens_per_s": 700.0, "grad_norm": 1.6, "clipped_fraction": 1.0}
+               for step in (1, 2, 3)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    panels = drawn(monkeypatch)
+    for clip in (1.0, 0.25):  # the run, then a resume that changed it
+        record_config(run_dir, OmegaConf.create({"train": {"optim": {"grad_clip": clip}}}))
+    plot_run(run_dir)
+    norm, clipped = plots.panels_figure(panels["gradients"], "t").axes
+    (threshold,) = norm.get_lines()[1:]
+    assert threshold.get_label() == "clip threshold (train.optim.grad_clip=0.25)" and threshold.get_ydata()[0] == 0.25
+    assert clipped.get_ylabel() == "fraction of steps clipped (norm above 0.25)"
+    panels.clear()
+    record_config(run_dir, OmegaConf.create({"train": {"optim": {"grad_clip": None}}}))
+    plot_run(run_dir)
+    ((*_, label),) = panels["gradients"]
+    assert label == "gradient norm (train.optim.grad_clip=null: never clipped)"
 
 
 def test_the_published_lines_are_the_published_means_over_all_67_paradigms():

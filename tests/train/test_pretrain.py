@@ -43,6 +43,9 @@ def test_budget_run_finishes_on_time_and_leaves_its_outputs(shared_cache, tmp_pa
     assert ({"model.safetensors", "config.json", "tokenizer.json", "trainer_state.pt"}
             <= {p.name for p in final.iterdir()})
     assert (run_dir / "config.yaml").exists()
+    assert [line.partition("   #")[0] for line in run.stdout.splitlines() if line.startswith("next: ")] == [
+        f"next: python eval_glue.py ckpt={final}", f"next: python scripts/export.py ckpt={final} out=exported/t-"
+        f"{run_dir.name}"]  # what to run after it, as commands to copy
     state = torch.load(final / "trainer_state.pt", weights_only=True)
     elapsed, budget = state["progress"]["elapsed"], budget_hours * 3600
     lines = records(run_dir)

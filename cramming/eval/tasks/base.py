@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 from torch import nn
 
+from cramming import hub
 from cramming.eval import metrics
 from cramming.plugin_keys import Setting
 
@@ -130,10 +131,11 @@ def load_hub(path: str, config: Optional[str], split: str):
     when it cannot be had (offline, an unknown split, hub errors)."""
     import datasets  # noqa: PLC0415 -- seconds to import: only when a task reads the hub
 
+    offline = hub.offline()
     try:
         return datasets.load_dataset(path, config, split=split)
     except Exception as error:  # offline, unknown split, hub errors: all mean "not available here"
-        first_line = (str(error).strip().splitlines() or [""])[0]
+        first_line = (str(error).strip().splitlines() or [""])[0] + hub.out_of_reach(offline)
         raise DataMissing(f"{path}/{config} split {split}: {type(error).__name__}: {first_line}",
                           cause=f"{path} from the hub: {type(error).__name__}: {first_line}") from None
 

@@ -21,6 +21,7 @@ from torch import nn
 from cramming.eval.batching import EncodedSplit
 from cramming.eval.parameter_efficient import merged
 from cramming.eval.tasks.base import Task
+from cramming.files import share_weights
 from cramming.library_noise import without_load_report
 from cramming.model.quantize import auto_class
 
@@ -138,6 +139,7 @@ class ChoiceTask(Task):
             return
         choices.config.problem_type = None  # the scorer's "regression" (one output) says nothing here
         choices.save_pretrained(folder)
+        share_weights(folder)
 
     def saved_model(self, folder: Path) -> Optional[nn.Module]:
         from transformers import AutoModelForMultipleChoice  # noqa: PLC0415 -- as above

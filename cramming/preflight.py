@@ -1,12 +1,13 @@
 """A pretraining run checked whole before any data, device or output work, and `preflight=true`.
 
 `check_run` is one pass over the composed config and over what the run will ask of the machine: every section's
-values, the environment's CRAMMING_SIMULATED_MICROBATCH_SECONDS, the device, the budget and its scaling, the W&B
-login, the techniques' inputs on disk (a teacher, a ticket), the data the run will prepare (its files and first
-records: cramming.data.first_look), the end-of-run evaluation by the code that will run it (cramming.eval.start,
-and its tasks' files), and the disk for the prepared data and the checkpoints. It lists every problem it finds,
-not only the first. pretrain.py runs it before anything else, as do each job of a -m sweep before the first
-trains, scripts/ablate.py for every run of a sweep, and scripts/launch.py before torchrun starts a process.
+values, the folders it writes in, the environment's CRAMMING_SIMULATED_MICROBATCH_SECONDS, the device, the budget
+and its scaling, the W&B login, the techniques' inputs on disk (a teacher, a ticket), the data the run will prepare
+(its files and first records: cramming.data.first_look), the end-of-run evaluation by the code that will run it
+(cramming.eval.start, and its tasks' files), and the disk for the prepared data and the checkpoints. It lists every
+problem it finds, not only the first (a check that reads parts of the config runs where those parts hold).
+pretrain.py runs it before anything else, as do each job of a -m sweep before the first trains, scripts/ablate.py
+for every run of a sweep, and scripts/launch.py before torchrun starts a process.
 
 `preflight` (pretrain.py ... preflight=true) runs that pass, then what only trying shows: a hub corpus's first
 records, one microbatch forward and backward of the real model on the real device at the planned size (compiled
@@ -37,11 +38,12 @@ from cramming.data.sources import source_from_config
 from cramming.errors import CrammingError, problems_of, raise_problems, size_text
 from cramming.eval.start import check_glue_after_pretraining
 from cramming.eval.tasks.registry import as_glue_config, requested_tasks
+from cramming.files import check_directory
 from cramming.hardware import budget_seconds
 from cramming.model import build_mlm_model
 from cramming.model.config import as_model_config
 from cramming.model.shapes import shapes_only
-from cramming.pretraining import check_pretrain_config
+from cramming.pretraining import PretrainConfig
 from cramming.train.data_repeats import MANY_EPOCHS
 from cramming.train.distributed import Distributed
 from cramming.train.loop import Schedule
@@ -60,15 +62,34 @@ HUB_OFFLINE = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
 
 
 def run_problems(cfg) -> list[str]:
-    """Every problem a run of `cfg` would meet that can be known before it starts, one line each."""
+    """Every problem a run of `cfg` would meet that can be known before it starts, one line each: the config's values,
+    the folders it writes in, the environment, W&B, the end-of-run evaluation, and each check that reads parts of
+    the config (the device and the budget, the techniques' inputs, the data, the disk) where those parts hold."""
     main = int(os.environ.get("RANK", "0")) == 0  # only rank 0 runs GLUE at the end and writes to disk
-    problems = problems_of(lambda: check_pretrain_config(cfg), simulated_microbatch_seconds,
-                           lambda: check_wandb_login(cfg.wandb.mode), *([lambda: check_end_of_run(cfg)] * main))
-    if problems:  # the device, the data and the disk need a config whose values are right
-        return problems
-    return problems_of(lambda: device_and_budget(cfg), lambda: check_technique_inputs(cfg),
-                       *([lambda: look_at_data(cfg)] * main),
-                       *([lambda: check_disk(disk_needs(cfg))] * main))
+    parts = config_part_problems(cfg)
+    parts |= {key: problems_of(lambda key=key: check_directory(getattr(cfg, key), key)) for key in FOLDERS}
+
+    def holds(*names: str) -> bool:  # a check that reads a part with problems would only repeat them
+        return not any(parts[name] for name in names)
+
+    checks = [(simulated_microbatch_seconds, True),
+              (lambda: check_wandb_login(cfg.wandb.mode), holds("wandb")),
+              (lambda: check_glue_data(cfg.eval), main),
+              (lambda: check_end_of_run(cfg), main and holds("arch", "data")),
+              (lambda: device_and_budget(cfg), holds("budget", "impl", "train", "techniques")),
+              (lambda: check_technique_inputs(cfg), holds("techniques", "data", "arch")),
+              (lambda: look_at_data(cfg), main and holds("data", "cache_dir")),
+              (lambda: check_disk(disk_needs(cfg)), main and holds("data", "arch", "train", "checkpoint", *FOLDERS))]
+    found = [problem for problems in parts.values() for problem in problems]
+    return list(dict.fromkeys(found + problems_of(*[check for check, runs in checks if runs])))
+
+
+FOLDERS = ("output_dir", "cache_dir")  # what a run writes in
+
+
+def config_part_problems(cfg) -> dict[str, list[str]]:
+    """The problems of each part of the composed config (cramming.pretraining.PretrainConfig.part_problems)."""
+    return (cfg if isinstance(cfg, PretrainConfig) else OmegaConf.to_object(cfg)).part_problems()
 
 
 def look_at_data(cfg, hub: bool = False) -> list[str]:
@@ -126,12 +147,9 @@ def check_wandb_login(mode: str) -> None:
 def check_end_of_run(cfg) -> None:
     """eval=glue: every key the end-of-run evaluation reads, by the code that will read it (its device and
     precision on this machine, LoRA's layers and eval.max_length against the model `arch` builds, the baseline
-    file, the tasks' files)."""
-    if cfg.eval is None:
-        return
-    eval_cfg = as_glue_config(cfg.eval)
-    raise_problems(problems_of(lambda: check_glue_after_pretraining(eval_cfg, cfg.arch, cfg.data.tokenizer.vocab_size),
-                               lambda: check_glue_data(eval_cfg)))
+    file)."""
+    if cfg.eval is not None:
+        check_glue_after_pretraining(as_glue_config(cfg.eval), cfg.arch, cfg.data.tokenizer.vocab_size)
 
 
 def check_glue_data(eval_cfg, folder_key: str = "eval.data_dir") -> None:
@@ -360,7 +378,8 @@ def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed])
                      f"of training and at the end{probe}")
     if cfg.eval is not None:
         source = f"from {cfg.eval.data_dir}" if cfg.eval.data_dir else "from the hub"
-        lines.append(f"  at the end: GLUE fine-tuning on {', '.join(cfg.eval.tasks)} ({source}), outside the budget")
+        tasks = ", ".join(cfg.eval.tasks) or "no task (eval.tasks is empty)"
+        lines.append(f"  at the end: GLUE fine-tuning on {tasks} ({source}), outside the budget")
     else:
         lines.append("  at the end: the summary and plots; no GLUE (eval=glue adds it)")
     return lines

@@ -158,6 +158,8 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("pretrain", [*TINY, "budget=0"], "budget=0.0 must be a positive number"),
     ("pretrain", [*TINY, "budget=inf"], "budget=inf must be a positive number"),
     ("pretrain", [*TINY, "budget=-1"], "budget=-1.0 must be a positive number"),
+    ("pretrain", [*TINY, "budget=1e9"], "budget=1e+09 is more than a run can be planned for: at most 1e+06 GPU-hours "
+                                        "(114 years of one GPU)"),
     ("pretrain", [*TINY, "train.mlm_rate=0"], "train.mlm_rate=0.0 must mask 1 to 63 of 64 tokens"),
     ("pretrain", [*TINY, "train.mlm_rate=1"], "train.mlm_rate=1.0 must mask 1 to 63"),
     ("pretrain", [*TINY, "train.mlm_rate=0.001"], "train.mlm_rate=0.001 must mask 1 to 63"),
@@ -225,6 +227,11 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("pretrain", [*TINY, "logging.progress=fancy"], "logging.progress='fancy' must be auto, bar or lines"),
     ("pretrain", [*TINY, "train.validation.fractions=[0.5,1.0]"], "train.validation.fractions=[0.5, 1.0] must each "
                                                                   "be in (0, 1)"),
+    ("pretrain", [*TINY, "train.validation.fractions=[0.5,0.5]"],
+     "error: train.validation.fractions=[0.5, 0.5] must be increasing, each once: a validation is at one point of "
+     "training (e.g. [0.5])"),
+    ("pretrain", [*TINY, "train.validation.fractions=[0.75,0.25]"],
+     "train.validation.fractions=[0.75, 0.25] must be increasing, each once"),
     ("pretrain", [*TINY, "train.validation.early_stop_loss=5"], "train.validation.early_stop_fraction and "
                                                                 "train.validation.early_stop_loss go together"),
     ("pretrain", [*TINY, "train.validation.early_stop_fraction=0.3", "train.validation.early_stop_loss=5"],
@@ -235,7 +242,7 @@ CASES = [  # (command, arguments, what the one line must contain)
     # data and architecture settings
     ("pretrain", [*TINY, "data.max_doc_chars=0"], "data.max_doc_chars=0 must be at least 1"),
     ("pretrain", [*TINY, "data.seq_length=256"], "data.seq_length=256 exceeds arch.max_position_embeddings=128"),
-    ("pretrain", [*TINY, "data.seq_length=1"], "data.seq_length=1 must be at least 2"),
+    ("pretrain", [*TINY, "data.seq_length=1"], "error: data.seq_length=1 must be at least 2"),  # alone: no mask rule
     ("pretrain", [*TINY, "data.tokenizer.vocab_size=3"], "data.tokenizer.vocab_size=3 must be between 6 and 65536"),
     ("pretrain", [*TINY, "data.tokenizer.vocab_size=70000"], "data.tokenizer.vocab_size=70000 must be between"),
     ("pretrain", [*TINY, "data.tokenizer.kind=sentencepiece"], "data.tokenizer.kind='sentencepiece' is unknown"),

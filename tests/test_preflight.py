@@ -3,6 +3,7 @@ after data preparation or after training is one line and exit 2 before any data,
 through the command line (pretrain.py, a -m sweep, scripts/ablate.py, scripts/launch.py); and
 `preflight=true` checks it all, tries one microbatch and prints the plan, writing nothing."""
 
+import gzip
 import os
 import shutil
 from pathlib import Path
@@ -84,6 +85,36 @@ def test_several_problems_are_all_in_the_one_line(tmp_path, cache_dir):
     assert run.stderr.startswith("error: 3 problems: (1) ")
     for words in ("budget_scaling='bogus'", "train.optim.lr=-1.0 must be positive", "unknown GLUE task 'rtee'"):
         assert words in run.stderr
+
+
+def test_every_kind_of_problem_is_named_in_one_go(tmp_path, cache_dir, monkeypatch):
+    """Problems that different checks find, crossed: two config sections, the run's name, the budget, a folder that
+    is a file, a truncated input file, the end-of-run evaluation and W&B's login; none hides another."""
+    for key, value in NO_WANDB_LOGIN(tmp_path).items():
+        monkeypatch.delenv(key, raising=False) if value is None else monkeypatch.setenv(key, value)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder\n")
+    compressed = gzip.compress(b"A line of text to train on.\n" * 2000)
+    (tmp_path / "cut.txt.gz").write_bytes(compressed[:len(compressed) // 2])
+    run = in_subprocess("pretrain", *QUICK, "train.optim.lr=-1", "train.batch_size=0", "name=a/b", "budget=-1",
+                        f"output_dir={a_file}", "data=local", f"data.files={tmp_path}/cut.txt.gz", "eval=glue",
+                        "eval.tasks=[rte]", f"eval.data_dir={GLUE_DIR}", "eval.device=gpu", "wandb=online",
+                        cwd=tmp_path)
+    started_nothing(run, a_file, cache_dir)
+    said = ["name='a/b' names the folder", "budget=-1.0 must be a positive number", "train.batch_size=0 must be",
+            "train.optim.lr=-1.0 must be positive", f"output_dir={a_file}: {a_file} is a file, not a directory",
+            "cut.txt.gz is truncated", "eval.device='gpu' is not auto", "wandb=online: no W&B API key"]
+    assert run.stderr.startswith(f"error: {len(said)} problems: (1) "), run.stderr
+    assert all(words in run.stderr for words in said), run.stderr
+
+
+@pytest.mark.parametrize(("budget", "refused"), [("1e9", "budget=1e+09 is more than a run can be planned for"),
+                                                 ("-1", "budget=-1.0 must be a positive number")])
+def test_the_preflight_plans_no_end_time_for_a_budget_it_refuses(tmp_path, budget, refused):
+    run = in_process("pretrain", *QUICK, "preflight=true", f"budget={budget}", f"output_dir={tmp_path / 'out'}")
+    assert run.returncode == 2 and "Traceback" not in run.stdout + run.stderr, run.stdout + run.stderr
+    assert f"  1. {refused}" in run.stdout
+    assert "  budget: " not in run.stdout and "would end at" not in run.stdout
 
 
 def test_every_job_of_a_sweep_is_checked_before_the_first_trains(tmp_path, cache_dir):

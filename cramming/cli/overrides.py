@@ -4,9 +4,6 @@ is one line that names it (and the closest valid key, choice or override), inste
 report."""
 
 import difflib
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
@@ -18,6 +15,7 @@ from cramming import CONFIG_DIR
 from cramming.cli.arguments import parse_override
 from cramming.cli.groups import commands_with, config_groups, group_options, script
 from cramming.errors import CrammingError
+from cramming.files import check_directory
 
 
 def flat_keys(tree: Any, prefix: str = "") -> list[str]:
@@ -39,20 +37,6 @@ def closest(word: str, candidates: list[str]) -> str:
 
 def key_of(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
-
-
-def check_directory(path: str, key: str) -> None:
-    """A directory the command creates or writes into: not a file, and inside a directory it may write."""
-    target = Path(os.path.expanduser(str(path))).absolute()
-    existing = next(candidate for candidate in (target, *target.parents) if candidate.exists())
-    if not existing.is_dir():
-        raise CrammingError(f"{key}={path}: {existing} is a file, not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise CrammingError(f"{key}={path}: cannot write in {existing} (permission denied)")
-    try:  # permissions are not the whole story: a read-only mount refuses even root
-        os.rmdir(tempfile.mkdtemp(prefix=".cramming-write-check-", dir=existing))
-    except OSError as error:
-        raise CrammingError(f"{key}={path}: cannot write in {existing} ({error.strerror})") from None
 
 
 def check_group_overrides(config_name: str, overrides: list[str], reads_checkpoint: bool) -> None:

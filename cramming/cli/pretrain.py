@@ -23,9 +23,6 @@ from cramming.pretraining import (  # registers the config schemas
 from cramming.threads import set_cpu_threads
 from cramming.train.settings import device_type
 
-DIRECTORIES = ("output_dir", "cache_dir")  # what the run writes in
-
-
 def checked_job(cfg, overrides: list[str], config_name: str, world_size: int | None = None):
     """One job's config as it will train (a resume's: the run's own) after the whole-run check
     (cramming.preflight), which lists every problem in one line; preflight=true leaves the listing to the
@@ -37,7 +34,7 @@ def checked_job(cfg, overrides: list[str], config_name: str, world_size: int | N
     return cfg
 
 
-@hydra_command("pretrain", PretrainConfig, directories=DIRECTORIES, check_job=checked_job)
+@hydra_command("pretrain", PretrainConfig, check_job=checked_job)  # its folders: checked with the rest (preflight)
 def main(cfg: PretrainConfig) -> None:
     hydra = HydraConfig.get()
     cfg = checked_job(cfg, list(hydra.overrides.task), hydra.job.config_name,

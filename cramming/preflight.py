@@ -37,6 +37,7 @@ from cramming.data.prepare import dataset_folder, first_look_before_preparing
 from cramming.data.sources import source_from_config
 from cramming.errors import CrammingError, problems_of, raise_problems, size_text
 from cramming.eval.start import check_glue_after_pretraining
+from cramming.eval.tasks.base import absent_text
 from cramming.eval.tasks.registry import as_glue_config, requested_tasks
 from cramming.files import check_directory
 from cramming.hardware import budget_seconds
@@ -61,10 +62,12 @@ CHARACTERS_PER_TOKEN = 4  # English text with a 32k WordPiece or BPE vocabulary:
 HUB_OFFLINE = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
 
 
-def run_problems(cfg) -> list[str]:
+def run_problems(cfg, skipped: dict[str, str] | None = None) -> list[str]:
     """Every problem a run of `cfg` would meet that can be known before it starts, one line each: the config's values,
     the folders it writes in, the environment, W&B, the end-of-run evaluation, and each check that reads parts of
-    the config (the device and the budget, the techniques' inputs, the data, the disk) where those parts hold."""
+    the config (the device and the budget, the techniques' inputs, the data, the disk) where those parts hold.
+    `skipped`, where given, receives what the end of the run will leave out as eval.skip_missing allows."""
+    skipped = {} if skipped is None else skipped
     main = int(os.environ.get("RANK", "0")) == 0  # only rank 0 runs GLUE at the end and writes to disk
     parts = config_part_problems(cfg)
     parts |= {key: problems_of(lambda key=key: check_directory(getattr(cfg, key), key)) for key in FOLDERS}
@@ -74,7 +77,7 @@ def run_problems(cfg) -> list[str]:
 
     checks = [(simulated_microbatch_seconds, True),
               (lambda: check_wandb_login(cfg.wandb.mode), holds("wandb")),
-              (lambda: check_glue_data(cfg.eval), main),
+              (lambda: skipped.update(check_glue_data(cfg.eval)), main),
               (lambda: check_end_of_run(cfg), main and holds("arch", "data")),
               (lambda: device_and_budget(cfg), holds("budget", "impl", "train", "techniques")),
               (lambda: check_technique_inputs(cfg), holds("techniques", "data", "arch")),
@@ -152,11 +155,12 @@ def check_end_of_run(cfg) -> None:
         check_glue_after_pretraining(as_glue_config(cfg.eval), cfg.arch, cfg.data.tokenizer.vocab_size)
 
 
-def check_glue_data(eval_cfg, folder_key: str = "eval.data_dir") -> None:
+def check_glue_data(eval_cfg, folder_key: str = "eval.data_dir") -> dict[str, str]:
     """eval=glue: the tasks' files read now from eval.data_dir (a file that would stop the end of the run stops
-    its start; a task without files is said now and skipped then), or downloads allowed where it is null."""
+    its start; what has no data is refused, or with eval.skip_missing=true said now and skipped then: returned as
+    {what: why}), or downloads allowed where it is null."""
     if eval_cfg is None:
-        return
+        return {}
     from cramming.eval.run import load_task_data  # noqa: PLC0415 -- transformers: pretrain.py starts without it
 
     cfg = as_glue_config(eval_cfg)
@@ -167,8 +171,8 @@ def check_glue_data(eval_cfg, folder_key: str = "eval.data_dir") -> None:
             raise CrammingError(f"{folder_key} is null, so {', '.join(cfg.tasks)} would be downloaded from the hub, "
                                 f"and {offline[0]}={os.environ[offline[0]]} forbids it: give {folder_key}=<a folder "
                                 "of the tasks' files> (docs/glue.md)")
-        return
-    load_task_data(tasks, cfg)  # CrammingError when no requested task has data; warns of those missing
+        return {}
+    return load_task_data(tasks, cfg)[2]
 
 
 @dataclasses.dataclass
@@ -249,8 +253,8 @@ def _existing(path: Path) -> Path:
 def preflight(cfg) -> int:
     """Everything check_run checks, the data source's first records, one microbatch forward and backward, and
     the plan (printed); 0 when the run would start cleanly, 2 after listing every problem."""
-    started = time.perf_counter()
-    problems, unchecked = run_problems(cfg), []
+    started, skipped = time.perf_counter(), {}
+    problems, unchecked = run_problems(cfg, skipped), []
     if not problems:  # (a local corpus was looked at by run_problems: its notes are kept from then)
         problems = problems_of(lambda: unchecked.extend(look_at_data(cfg, hub=True)))
     if cfg.eval is not None and cfg.eval.data_dir is None:
@@ -269,7 +273,7 @@ def preflight(cfg) -> int:
         needs = disk_needs(cfg)
     except CrammingError:  # listed among the problems already
         needs = []
-    for line in plan(cfg, trial, seconds, needs):
+    for line in plan(cfg, trial, seconds, needs, skipped):
         print(line)
     if not tried:
         print("  microbatch trial: not run until the problems below are fixed")
@@ -282,6 +286,8 @@ def preflight(cfg) -> int:
     notes = [f"the data repeats: about {passes:,.0f} passes over it, and past {MANY_EPOCHS} more passes are worth "
              "little; give more data or a shorter budget"] * (passes is not None and passes > MANY_EPOCHS)
     notes += [f"not checked before the run: {what}" for what in unchecked]
+    notes += [f"eval.skip_missing=true: no data for {absent_text(skipped)}; the end of the run would skip it"
+              ] * bool(skipped)
     checked = f"checked in {time.perf_counter() - started:.1f} s"
     if notes:
         print(f"preflight: the run would start, no problem found ({checked}), but:")
@@ -339,9 +345,9 @@ def trial_microbatch(cfg, settings) -> Trial:
     return Trial(settings.microbatch_size, source, seconds[0], after, str(settings.device))
 
 
-def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed]) -> list[str]:
+def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed], skipped: dict[str, str]) -> list[str]:
     """The run in a few lines: what, where, how long (`seconds` of wall budget, None where the device is not
-    known), how much, and what follows it."""
+    known), how much, and what follows it (`skipped`: what it will leave out for want of data)."""
     data = cfg.data
     lines = [f"plan: {cfg.arch.name} on gpu={cfg.gpu.name}, data={data.source}, {data.tokenizer.kind} vocabulary "
              f"{data.tokenizer.vocab_size}, sequences of {data.seq_length}"]
@@ -379,7 +385,8 @@ def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed])
     if cfg.eval is not None:
         source = f"from {cfg.eval.data_dir}" if cfg.eval.data_dir else "from the hub"
         tasks = ", ".join(cfg.eval.tasks) or "no task (eval.tasks is empty)"
-        lines.append(f"  at the end: GLUE fine-tuning on {tasks} ({source}), outside the budget")
+        left_out = f"; skipped for want of data (eval.skip_missing=true): {', '.join(skipped)}" if skipped else ""
+        lines.append(f"  at the end: GLUE fine-tuning on {tasks} ({source}), outside the budget{left_out}")
     else:
         lines.append("  at the end: the summary and plots; no GLUE (eval=glue adds it)")
     return lines

@@ -89,7 +89,8 @@ def test_several_problems_are_all_in_the_one_line(tmp_path, cache_dir):
 
 def test_every_kind_of_problem_is_named_in_one_go(tmp_path, cache_dir, monkeypatch):
     """Problems that different checks find, crossed: two config sections, the run's name, the budget, a folder that
-    is a file, a truncated input file, the end-of-run evaluation and W&B's login; none hides another."""
+    is a file, a truncated input file, the end-of-run evaluation's device and data, and W&B's login; none hides
+    another."""
     for key, value in NO_WANDB_LOGIN(tmp_path).items():
         monkeypatch.delenv(key, raising=False) if value is None else monkeypatch.setenv(key, value)
     a_file = tmp_path / "a-file"
@@ -98,12 +99,13 @@ def test_every_kind_of_problem_is_named_in_one_go(tmp_path, cache_dir, monkeypat
     (tmp_path / "cut.txt.gz").write_bytes(compressed[:len(compressed) // 2])
     run = in_subprocess("pretrain", *QUICK, "train.optim.lr=-1", "train.batch_size=0", "name=a/b", "budget=-1",
                         f"output_dir={a_file}", "data=local", f"data.files={tmp_path}/cut.txt.gz", "eval=glue",
-                        "eval.tasks=[rte]", f"eval.data_dir={GLUE_DIR}", "eval.device=gpu", "wandb=online",
+                        "eval.tasks=[rte,swag]", f"eval.data_dir={GLUE_DIR}", "eval.device=gpu", "wandb=online",
                         cwd=tmp_path)
     started_nothing(run, a_file, cache_dir)
     said = ["name='a/b' names the folder", "budget=-1.0 must be a positive number", "train.batch_size=0 must be",
             "train.optim.lr=-1.0 must be positive", f"output_dir={a_file}: {a_file} is a file, not a directory",
-            "cut.txt.gz is truncated", "eval.device='gpu' is not auto", "wandb=online: no W&B API key"]
+            "cut.txt.gz is truncated", "eval.device='gpu' is not auto", "wandb=online: no W&B API key",
+            f"no data for swag: {GLUE_DIR}/SWAG/train.csv not found"]
     assert run.stderr.startswith(f"error: {len(said)} problems: (1) "), run.stderr
     assert all(words in run.stderr for words in said), run.stderr
 
@@ -181,6 +183,17 @@ def test_the_preflight_lists_every_problem(tmp_path, cache_dir, monkeypatch):
                                                "wandb=online: no W&B API "]
     assert "  microbatch trial: not run until the problems below are fixed" in run.stdout
     assert not out.exists() and not (cache_dir / "data").exists()
+
+
+def test_the_plan_says_what_eval_skip_missing_leaves_out_and_never_calls_the_run_clean(tmp_path):
+    run = in_process("pretrain", *QUICK, "preflight=true", "eval=glue", "eval.tasks=[rte,swag]",
+                     f"eval.data_dir={GLUE_DIR}", "eval.skip_missing=true", f"output_dir={tmp_path / 'out'}")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (f"  at the end: GLUE fine-tuning on rte, swag (from {GLUE_DIR}), outside the budget; skipped for want of "
+            "data (eval.skip_missing=true): swag") in run.stdout
+    assert "cleanly" not in run.stdout and "preflight: the run would start, no problem found" in run.stdout
+    assert (f". eval.skip_missing=true: no data for swag: {GLUE_DIR}/SWAG/train.csv not found; the end of the run "
+            "would skip it") in run.stdout
 
 
 def test_a_microbatch_that_does_not_fit_is_named(monkeypatch):

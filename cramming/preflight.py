@@ -22,7 +22,10 @@ import logging
 import netrc
 import os
 import shutil
+import threading
 import time
+import urllib.error
+import urllib.request
 from datetime import datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlparse
@@ -76,7 +79,7 @@ def run_problems(cfg, skipped: dict[str, str] | None = None) -> list[str]:
         return not any(parts[name] for name in names)
 
     checks = [(simulated_microbatch_seconds, True),
-              (lambda: check_wandb_login(cfg.wandb.mode), holds("wandb")),
+              (lambda: check_wandb(cfg.wandb), holds("wandb")),
               (lambda: skipped.update(check_glue_data(cfg.eval)), main),
               (lambda: check_end_of_run(cfg), main and holds("arch", "data")),
               (lambda: device_and_budget(cfg), holds("budget", "impl", "train", "techniques")),
@@ -132,19 +135,71 @@ def device_and_budget(cfg):
     return settings, seconds
 
 
-def check_wandb_login(mode: str) -> None:
-    """wandb=online needs an API key (WANDB_API_KEY, or `wandb login`'s entry in ~/.netrc): found now, not at the
-    first log line after the data is prepared."""
-    if mode != "online" or os.environ.get("WANDB_API_KEY"):
+def check_wandb(wandb) -> None:
+    """wandb=online needs an API key (WANDB_API_KEY, or `wandb login`'s entry in ~/.netrc) and, with
+    wandb.if_unreachable=error, W&B's server within reach: found now, not when W&B starts after the data is
+    prepared (with if_unreachable=offline an unreachable server is the start's to say: offline_if_unreachable)."""
+    if wandb.mode != "online":
         return
-    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
-    try:
-        entry = netrc.netrc(os.environ.get("NETRC")).authenticators(host)
-    except (OSError, netrc.NetrcParseError):
-        entry = None
-    if not entry or not entry[2]:
-        raise CrammingError(f"wandb=online: no W&B API key (no WANDB_API_KEY, no {host} entry in ~/.netrc): run "
-                            "`wandb login` first, or use wandb=offline and `wandb sync` later")
+    host = wandb_host()
+    if not os.environ.get("WANDB_API_KEY"):
+        try:
+            entry = netrc.netrc(os.environ.get("NETRC")).authenticators(host)
+        except (OSError, netrc.NetrcParseError):
+            entry = None
+        if not entry or not entry[2]:
+            raise CrammingError(f"wandb=online: no W&B API key (no WANDB_API_KEY, no {host} entry in ~/.netrc): run "
+                                "`wandb login` first, or use wandb=offline and `wandb sync` later")
+    if wandb.if_unreachable == "error" and (why := wandb_unreachable()):
+        raise CrammingError(f"wandb=online: {host} cannot be reached ({why}) and wandb.if_unreachable=error: check "
+                            "the network, or log offline (wandb=offline, or wandb.if_unreachable=offline) and "
+                            "`wandb sync` later")
+
+
+WANDB_URL = "https://api.wandb.ai"  # WANDB_BASE_URL replaces it, as for wandb itself
+WANDB_PROBE_SECONDS = 3.0
+
+
+def wandb_host() -> str:
+    return urlparse(os.environ.get("WANDB_BASE_URL", WANDB_URL)).hostname
+
+
+def wandb_unreachable() -> str | None:
+    """Why W&B's server does not answer a request now (None: it answers, whatever its status), in at most
+    WANDB_PROBE_SECONDS, the name's lookup included: a run that logs online learns it before its data is prepared,
+    not hours later when W&B starts."""
+    url, outcome = os.environ.get("WANDB_BASE_URL", WANDB_URL), []
+
+    def request() -> None:
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=WANDB_PROBE_SECONDS).close()
+            outcome.append(None)
+        except urllib.error.HTTPError:  # an answer, whatever it says
+            outcome.append(None)
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            outcome.append(str(getattr(error, "reason", error)))
+
+    probe = threading.Thread(target=request, name="wandb-probe", daemon=True)  # a name lookup ignores timeouts
+    probe.start()
+    probe.join(WANDB_PROBE_SECONDS)
+    return outcome[0] if outcome else f"no answer within {WANDB_PROBE_SECONDS:g} s"
+
+
+def wandb_fallback(cfg) -> str | None:
+    """Why a run of `cfg` would log to W&B offline though wandb=online: its server out of reach now, and
+    wandb.if_unreachable=offline (the default); None where it logs as set."""
+    online = cfg.wandb.mode == "online" and cfg.wandb.if_unreachable == "offline"
+    return wandb_unreachable() if online else None
+
+
+def offline_if_unreachable(cfg) -> None:
+    """On rank 0, which logs to W&B: where wandb_fallback says so, the run logs offline from its start, and says
+    it before any data is prepared (its config.yaml records wandb.mode=offline)."""
+    if int(os.environ.get("RANK", "0")) == 0 and (why := wandb_fallback(cfg)):
+        cfg.wandb.mode = "offline"
+        log.warning("wandb=online: %s cannot be reached (%s): this run logs to W&B offline, in <run>/wandb/ (`wandb "
+                    "sync <run>/wandb/offline-run-*` uploads it later; wandb.if_unreachable=error stops instead)",
+                    wandb_host(), why)
 
 
 def check_end_of_run(cfg) -> None:
@@ -273,7 +328,8 @@ def preflight(cfg) -> int:
         needs = disk_needs(cfg)
     except CrammingError:  # listed among the problems already
         needs = []
-    for line in plan(cfg, trial, seconds, needs, skipped):
+    offline = wandb_fallback(cfg)
+    for line in plan(cfg, trial, seconds, needs, skipped, offline):
         print(line)
     if not tried:
         print("  microbatch trial: not run until the problems below are fixed")
@@ -288,6 +344,8 @@ def preflight(cfg) -> int:
     notes += [f"not checked before the run: {what}" for what in unchecked]
     notes += [f"eval.skip_missing=true: no data for {absent_text(skipped)}; the end of the run would skip it"
               ] * bool(skipped)
+    notes += [f"wandb=online: {wandb_host()} cannot be reached ({offline}); the run would log to W&B offline "
+              "(wandb.if_unreachable=offline), to `wandb sync` later"] * bool(offline)
     checked = f"checked in {time.perf_counter() - started:.1f} s"
     if notes:
         print(f"preflight: the run would start, no problem found ({checked}), but:")
@@ -345,9 +403,11 @@ def trial_microbatch(cfg, settings) -> Trial:
     return Trial(settings.microbatch_size, source, seconds[0], after, str(settings.device))
 
 
-def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed], skipped: dict[str, str]) -> list[str]:
+def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed], skipped: dict[str, str],
+         offline: str | None) -> list[str]:
     """The run in a few lines: what, where, how long (`seconds` of wall budget, None where the device is not
-    known), how much, and what follows it (`skipped`: what it will leave out for want of data)."""
+    known), how much, where it logs (`offline`: why W&B would log offline though online was asked) and what follows
+    it (`skipped`: what it will leave out for want of data)."""
     data = cfg.data
     lines = [f"plan: {cfg.arch.name} on gpu={cfg.gpu.name}, data={data.source}, {data.tokenizer.kind} vocabulary "
              f"{data.tokenizer.vocab_size}, sequences of {data.seq_length}"]
@@ -376,6 +436,12 @@ def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed],
                      f"({size_text(shutil.disk_usage(_existing(need.where)).free)} free)")
     lines.append(f"  checkpoints: every {cfg.checkpoint.interval_minutes:g} minutes of training, the last "
                  f"{cfg.checkpoint.keep_last} kept, and final")
+    if offline:
+        lines.append(f"  W&B: offline, in <run>/wandb/: {wandb_host()} cannot be reached ({offline}; "
+                     "wandb.if_unreachable=offline)")
+    elif cfg.wandb.mode != "disabled":
+        lines.append(f"  W&B: {cfg.wandb.mode}, project {cfg.wandb.project}" +
+                     (" (`wandb sync <run>/wandb/offline-run-*` uploads it)" if cfg.wandb.mode == "offline" else ""))
     validation = cfg.train.validation
     if cfg.data.validation_rows:
         probe = (f", with BLiMP on {validation.blimp_pairs} pairs a paradigm and bits per character"

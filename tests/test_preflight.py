@@ -4,8 +4,12 @@ through the command line (pretrain.py, a -m sweep, scripts/ablate.py, scripts/la
 `preflight=true` checks it all, tries one microbatch and prints the plan, writing nothing."""
 
 import gzip
+import http.server
 import os
 import shutil
+import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -194,6 +198,73 @@ def test_the_plan_says_what_eval_skip_missing_leaves_out_and_never_calls_the_run
     assert "cleanly" not in run.stdout and "preflight: the run would start, no problem found" in run.stdout
     assert (f". eval.skip_missing=true: no data for swag: {GLUE_DIR}/SWAG/train.csv not found; the end of the run "
             "would skip it") in run.stdout
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A local port nothing listens on: a connection to it is refused at once."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_the_wandb_probe_tells_an_answer_from_a_refusal_and_from_silence_in_bounded_time(closed_port, monkeypatch):
+    import cramming.preflight
+    from cramming.preflight import wandb_unreachable
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # answers 501 to HEAD
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.server_port}")
+    assert wandb_unreachable() is None  # any status is an answer
+    server.shutdown()
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_port}")
+    assert "Connection refused" in wandb_unreachable()
+    monkeypatch.setattr(cramming.preflight, "WANDB_PROBE_SECONDS", 0.2)
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        started = time.perf_counter()
+        assert wandb_unreachable() in ("timed out", "no answer within 0.2 s")
+        assert time.perf_counter() - started < 1
+
+
+@pytest.mark.parametrize("if_unreachable", ["offline", "error"])
+def test_wandb_online_out_of_reach_is_planned_offline_or_refused(tmp_path, cache_dir, closed_port, monkeypatch,
+                                                                  if_unreachable):
+    monkeypatch.setenv("WANDB_API_KEY", "a-key")
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_port}")
+    run = in_process("pretrain", *QUICK, "preflight=true", "wandb=online", f"wandb.if_unreachable={if_unreachable}",
+                     f"output_dir={tmp_path / 'out'}")
+    assert "Traceback" not in run.stdout + run.stderr and "cleanly" not in run.stdout
+    if if_unreachable == "offline":
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert ("  W&B: offline, in <run>/wandb/: 127.0.0.1 cannot be reached ([Errno 111] Connection refused; "
+                "wandb.if_unreachable=offline)") in run.stdout
+        assert (". wandb=online: 127.0.0.1 cannot be reached ([Errno 111] Connection refused); the run would log to "
+                "W&B offline (wandb.if_unreachable=offline), to `wandb sync` later") in run.stdout
+    else:
+        assert run.returncode == 2
+        assert ("  1. wandb=online: 127.0.0.1 cannot be reached ([Errno 111] Connection refused) and "
+                "wandb.if_unreachable=error: check the network, or log offline") in run.stdout
+
+
+def test_a_run_whose_wandb_is_out_of_reach_starts_offline_and_says_so_first(shared_cache, tmp_path, closed_port,
+                                                                            monkeypatch, simulated_clock):
+    monkeypatch.setenv("WANDB_API_KEY", "a-key")
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_port}")
+    run = in_subprocess("pretrain", *QUICK, "wandb=online", "budget=0.0002", "data.validation_rows=0",
+                        f"output_dir={tmp_path}", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    console = (run.stdout + run.stderr).splitlines()
+    said = next(n for n, line in enumerate(console) if line.startswith("wandb=online: 127.0.0.1 cannot be reached"))
+    assert said < next(n for n, line in enumerate(console) if line.startswith("data: "))  # before the data
+    assert console[said].endswith("this run logs to W&B offline, in <run>/wandb/ (`wandb sync "
+                                  "<run>/wandb/offline-run-*` uploads it later; wandb.if_unreachable=error stops "
+                                  "instead)")
+    (run_dir,) = (tmp_path / "quickstart").iterdir()
+    assert list((run_dir / "wandb").glob("offline-run-*"))
+    assert "mode: offline" in (run_dir / "config.yaml").read_text()
 
 
 def test_a_microbatch_that_does_not_fit_is_named(monkeypatch):

@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 
 from cramming.cli import hydra_command, sweep_job_dir
 from cramming.cli.resume import resumed_config
-from cramming.preflight import check_run, preflight
+from cramming.preflight import check_run, offline_if_unreachable, preflight
 from cramming.pretraining import (  # registers the config schemas
     PretrainConfig,
     pretrain,
@@ -43,6 +43,7 @@ def main(cfg: PretrainConfig) -> None:
         set_cpu_threads()
     if cfg.preflight:
         sys.exit(preflight(cfg))
+    offline_if_unreachable(cfg)
     if job_dir := sweep_job_dir():  # a multirun job's run lives in the job's numbered directory
         cfg.output_dir = job_dir
     pretrain(cfg)

@@ -239,11 +239,16 @@ class WandbConfig:
     mode: str = "disabled"
     project: str = "cramming"
     entity: Optional[str] = None  # null: the account's default entity
+    # wandb=online when W&B's server does not answer at the start (a 3-second probe, before any data is prepared):
+    # offline logs to <run>/wandb/ and says so (`wandb sync` later) | error refuses the run
+    if_unreachable: str = "offline"
 
     def check(self) -> None:
         """Rejected before any work is done, not after data preparation."""
         forbidden = sorted(set(self.project) & set(WANDB_FORBIDDEN))
         require([(self.mode in WANDB_MODES, f"wandb.mode={self.mode!r} must be one of {', '.join(WANDB_MODES)}"),
+                 (self.if_unreachable in ("offline", "error"),
+                  f"wandb.if_unreachable={self.if_unreachable!r} must be offline or error"),
                  (0 < len(self.project) <= 128 and not forbidden,
                   f"wandb.project={self.project!r} is not a W&B project name: 1 to 128 characters, none of "
                   f"{' '.join(WANDB_FORBIDDEN)}{f' (it has {forbidden[0]})' if forbidden else ''}")])

@@ -263,6 +263,11 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("pretrain", [*TINY, "train.optim.learning_rate=1"], "unknown key train.optim.learning_rate — did you mean "
                                                          "train.optim.lr?"),
     ("pretrain", [*TINY, "trian.seed=1"], "unknown key trian.seed — did you mean train.seed?"),
+    ("pretrain", [*TINY, "train.microbatch_size=4"], "unknown key train.microbatch_size — did you mean "
+                                                     "impl.microbatch_size?"),  # the same name in another section
+    ("ablate", ["sweep=smoke", "overrides=[gpu=cpu,eval.tasks=[rte,mrpc]]", "output_dir={root}/ab"],
+     "cannot read the override 'overrides=[gpu=cpu,eval.tasks=[rte,mrpc]]': no viable alternative at input '[gpu='; "
+     "a list of overrides quotes each one: 'overrides=[\"gpu=cpu\",\"eval.tasks=[rte,mrpc]\"]'"),
     ("pretrain", [*TINY, "+train.foo=1"], "unknown key train.foo"),
     ("pretrain", [*TINY, "budget=abc"], "budget=abc: Value 'abc' of type 'str' could not be converted to Float"),
     ("pretrain", [*TINY, "x=["], "cannot read the override 'x=['"),
@@ -283,7 +288,8 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("pretrain", [*TINY, "data=local", "data.files={corpus}/binary.txt"],
      "data.filter.max_bad_char_fraction=0.01: every document has more undecodable bytes — the filters keep none of "
      "the whole source (too_short 1, bad_bytes 400)"),
-    ("pretrain", [*TINY, "data=local", "data.files={corpus}/empty.txt"], "data: the source holds no documents"),
+    ("pretrain", [*TINY, "data=local", "data.files={corpus}/empty.txt"],
+     "data: data.files ({corpus}/empty.txt) holds no documents (no text to train on)"),
     ("pretrain", [*TINY, "data=local", "data.files={corpus}"], "is a directory; give a glob"),
     ("pretrain", [*TINY, "data=local", "data.files={corpus}/table.csv"], "table.csv has an unsupported type"),
     ("prepare_data", ["data=embedded", "cache_dir={cache}", "data.filter.min_chars=100000000"],

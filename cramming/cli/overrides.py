@@ -29,9 +29,13 @@ SYNONYMS = {"learning_rate": "lr", "epsilon": "eps", "wd": "weight_decay", "opti
 
 
 def closest(word: str, candidates: list[str]) -> str:
+    """The valid key meant: a synonym's, else the key of the same name in another section (train.microbatch_size
+    is impl.microbatch_size), else the nearest spelling."""
     parent, _, last = word.rpartition(".")
     synonym = f"{parent}.{SYNONYMS[last]}" if parent and last in SYNONYMS else SYNONYMS.get(last)
-    match = [synonym] if synonym in candidates else difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    same_name = [key for key in candidates if key.rpartition(".")[2] == last]
+    match = ([synonym] if synonym in candidates else difflib.get_close_matches(word, same_name, n=1, cutoff=0)
+             or difflib.get_close_matches(word, candidates, n=1, cutoff=0.6))
     return f" — did you mean {match[0]}?" if match else ""
 
 

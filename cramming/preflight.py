@@ -19,6 +19,7 @@ One concept, the check of a run before it starts, kept whole so that everything 
 
 import dataclasses
 import logging
+import math
 import netrc
 import os
 import shutil
@@ -55,7 +56,7 @@ from cramming.train.microbatch import choose_microbatch
 from cramming.train.optimizers import NAMES
 from cramming.train.progress import simulated_microbatch_seconds
 from cramming.train.reporting import format_duration
-from cramming.train.settings import device_profile, resolve_settings
+from cramming.train.settings import device_profile, device_type, resolve_settings
 from cramming.train.techniques import check_on_device, check_technique_inputs
 
 log = logging.getLogger("pretrain")
@@ -83,6 +84,7 @@ def run_problems(cfg, skipped: dict[str, str] | None = None) -> list[str]:
               (lambda: skipped.update(check_glue_data(cfg.eval)), main),
               (lambda: check_end_of_run(cfg), main and holds("arch", "data")),
               (lambda: device_and_budget(cfg), holds("budget", "impl", "train", "techniques")),
+              (lambda: check_memory(cfg), holds("arch", "data", "train")),
               (lambda: check_technique_inputs(cfg), holds("techniques", "data", "arch")),
               (lambda: look_at_data(cfg), main and holds("data", "cache_dir")),
               (lambda: check_disk(disk_needs(cfg)), main and holds("data", "arch", "train", "checkpoint", *FOLDERS))]
@@ -271,18 +273,47 @@ def _checkpoints_need(cfg) -> DiskNeed:
     """The checkpoints on disk at once: keep_last step checkpoints, the one being written before the oldest
     goes, final, and every keep_at; each the fp32 weights and the optimizer's state."""
     where = Path(os.path.expanduser(str(cfg.output_dir)))
-    try:
-        with shapes_only():
-            model = build_mlm_model(as_model_config(cfg.arch), cfg.data.tokenizer.vocab_size)
-    except (RuntimeError, ValueError, OverflowError):  # sizes no tensor can have: a resume's check names them
+    parameters = model_parameters(cfg)
+    if parameters is None:
         return DiskNeed("the checkpoints (the model's size unknown)", where, None)
-    parameters = sum(parameter.numel() for parameter in model.parameters())
-    known = NAMES.get(cfg.train.optim.name)
-    state = known.state_bytes_per_parameter if known else 8
-    each = parameters * (4 + state)
+    each = parameters * (4 + state_bytes(cfg))
     count = cfg.checkpoint.keep_last + 2 + len(cfg.checkpoint.keep_at)
     return DiskNeed(f"{count} checkpoints of {size_text(each)} ({parameters / 1e6:.1f}M parameters: weights and "
                     f"{cfg.train.optim.name}'s state)", where, count * each)
+
+
+def model_parameters(cfg) -> int | None:
+    """The parameters of the model `arch` builds, counted on shapes alone (None: sizes no tensor can have, which
+    the model's check names)."""
+    try:
+        with shapes_only():
+            model = build_mlm_model(as_model_config(cfg.arch), cfg.data.tokenizer.vocab_size)
+    except (RuntimeError, ValueError, OverflowError):
+        return None
+    return sum(parameter.numel() for parameter in model.parameters())
+
+
+def state_bytes(cfg) -> float:
+    """The optimizer's state per parameter, at most (AdamW: two fp32 moments)."""
+    known = NAMES.get(cfg.train.optim.name)
+    return known.state_bytes_per_parameter if known else 8
+
+
+def check_memory(cfg) -> None:
+    """The model's fp32 weights, gradients and optimizer state (unless impl.offload_optimizer keeps it on the CPU)
+    within the device's memory (the microbatch's activations come on top: the search and preflight's trial judge
+    them); a model past it would end the set-up in an allocation error."""
+    parameters, offloaded = model_parameters(cfg), OmegaConf.select(cfg, "impl.offload_optimizer")
+    need = None if parameters is None else parameters * (8 + (0 if offloaded else state_bytes(cfg)))
+    device = device_type(cfg)
+    memory = (torch.cuda.get_device_properties(int(os.environ.get("LOCAL_RANK", "0"))).total_memory
+              if device == "cuda" else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    if need is None or need > memory:
+        size = "sizes no tensor can have" if need is None else (
+            f"{parameters:.3g} parameters, whose fp32 weights, gradients and {cfg.train.optim.name}'s state need "
+            f"about {size_text(need)}")
+        raise CrammingError(f"memory: the model of arch has {size}, and {device} has {size_text(memory)}: "
+                            "choose a smaller model (arch.hidden_size, arch.num_layers, arch.intermediate_size)")
 
 
 def check_disk(needs: list[DiskNeed]) -> None:
@@ -471,27 +502,33 @@ def _expected(cfg, trial: Trial, seconds: float) -> tuple[float, int]:
     return tokens, steps
 
 
+SIMULATED_STEPS = 200_000  # a longer run is simulated in strides of steps at one batch: a second, whatever the budget
+
+
 def _simulated(cfg, trial: Trial, seconds: float) -> tuple[float, int, list[tuple[float, int, float]]]:
-    """The run at the trial's speed: its tokens, its optimizer steps, and (f, sequences per step, lr) at each
-    step, the schedules driven as the loop drives them (cramming.train.loop.Schedule)."""
-    schedule = Schedule(cfg.train, trial.microbatch_size)
+    """The run at the trial's speed: its tokens, its optimizer steps, and (f, sequences per step, lr) along it (at
+    each step, or at each stride of a run past SIMULATED_STEPS steps), the schedules driven as the loop drives them
+    (cramming.train.loop.Schedule)."""
+    schedule = Schedule(OmegaConf.to_object(cfg.train), trial.microbatch_size)  # a dataclass: read fast
     microbatches = seconds / trial.seconds_after
     per_microbatch = trial.microbatch_size * cfg.data.seq_length
     if cfg.train.progress == "steps":
         steps = cfg.train.max_steps
-        accumulated = [schedule.accumulate(step / steps) for step in range(steps)]
-        record = [(step / steps, count * trial.microbatch_size, schedule.lr(step / steps))
-                  for step, count in enumerate(accumulated)]
-        return min(sum(accumulated), microbatches) * per_microbatch, steps, record
-    done, record = 0, []
-    while done < microbatches and len(record) < 10_000_000:
+        stride = max(1, steps // SIMULATED_STEPS)
+        record = [(step / steps, schedule.accumulate(step / steps) * trial.microbatch_size, schedule.lr(step / steps))
+                  for step in range(0, steps, stride)]
+        accumulated = stride * sum(batch for _, batch, _ in record) / trial.microbatch_size
+        return min(accumulated, microbatches) * per_microbatch, steps, record
+    done, steps, record, limit = 0, 0, [], cfg.train.max_steps or math.inf
+    while done < microbatches and steps < limit:
         fraction = done / microbatches
         schedule.observe(fraction, done * trial.microbatch_size)
         count = schedule.accumulate(fraction)
         record.append((fraction, count * trial.microbatch_size, schedule.lr(fraction)))
-        done += count
-    steps = min(len(record), cfg.train.max_steps) if cfg.train.max_steps else len(record)
-    return microbatches * per_microbatch, steps, record[:steps]
+        stride = int(min(max(1, microbatches / (SIMULATED_STEPS * count)), limit - steps))
+        done += stride * count
+        steps += stride
+    return microbatches * per_microbatch, steps, record
 
 
 PLAN_FRACTIONS = (0.0, 0.25, 0.5, 0.75, 0.95)

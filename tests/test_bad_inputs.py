@@ -251,6 +251,10 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("pretrain", [*TINY, "arch.num_heads=5"], "arch.hidden_size (128) must be divisible by arch.num_heads (5)"),
     ("pretrain", [*TINY, "arch.ffn=swiglu"], "arch.ffn must be one of glu, gelu, got 'swiglu'"),
     ("pretrain", [*TINY, "arch.dropout=1.5"], "arch.dropout must be in [0, 1), got 1.5"),
+    ("pretrain", [*TINY, "arch.num_layers=1000000000"], "arch.num_layers must be at most 1000, got 1000000000"),
+    ("pretrain", [*TINY, "arch.hidden_size=65536", "arch.intermediate_size=262144"],
+     "memory: the model of arch has 8.62e+10 parameters, whose fp32 weights, gradients and adamw's state need about "
+     "1.38 TB, and cpu has "),
     ("pretrain", [*TINY, "arch.global_rope_theta=inf"], "arch.global_rope_theta must be a finite number greater "
                                                         "than 1, got inf"),
     ("pretrain", [*TINY, "arch.local_rope_theta=inf"], "arch.local_rope_theta must be a finite number greater "
@@ -269,6 +273,8 @@ CASES = [  # (command, arguments, what the one line must contain)
      "cannot read the override 'overrides=[gpu=cpu,eval.tasks=[rte,mrpc]]': no viable alternative at input '[gpu='; "
      "a list of overrides quotes each one: 'overrides=[\"gpu=cpu\",\"eval.tasks=[rte,mrpc]\"]'"),
     ("pretrain", [*TINY, "+train.foo=1"], "unknown key train.foo"),
+    ("pretrain", [*TINY, "eval.epochs=1000000"], "eval.epochs=1000000: eval is null in this config, so it has no "
+                                                 "epochs; choose it first, e.g. eval=glue eval.epochs=1000000"),
     ("pretrain", [*TINY, "budget=abc"], "budget=abc: Value 'abc' of type 'str' could not be converted to Float"),
     ("pretrain", [*TINY, "x=["], "cannot read the override 'x=['"),
     # checkpoints to resume from

@@ -283,6 +283,19 @@ def test_a_microbatch_that_does_not_fit_is_named(monkeypatch):
         trial_microbatch(cfg, device_and_budget(cfg)[0])
 
 
+def test_a_long_run_is_planned_in_strides_within_a_percent_of_step_by_step(monkeypatch):
+    """The plan of the longest budget (1e6 GPU-hours) simulates a bounded number of strides, not a billion steps."""
+    import cramming.preflight
+    from cramming import compose_config
+    from cramming.preflight import Trial, _simulated
+
+    cfg, trial = compose_config("quickstart", ["budget=100"]), Trial(32, "cpu profile", 1.0, 0.9, "cpu")
+    tokens, steps, _ = _simulated(cfg, trial, 100 * 3600)
+    monkeypatch.setattr(cramming.preflight, "SIMULATED_STEPS", 1000)
+    strided_tokens, strided_steps, record = _simulated(cfg, trial, 100 * 3600)
+    assert len(record) < 2000 and strided_tokens == tokens and strided_steps == pytest.approx(steps, rel=0.01)
+
+
 def test_the_disk_estimate_counts_every_kept_checkpoint(tmp_path):
     from cramming import compose_config
     from cramming.preflight import disk_needs

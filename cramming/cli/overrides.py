@@ -101,6 +101,8 @@ def check_overrides(config_name: str, overrides: list[str], schema: type, direct
             message = f"unknown key {unknown}{closest(unknown, keys)}"
         except MissingConfigException as error:  # --config-name of no config
             message = str(error).splitlines()[0]
+        except AssertionError:  # Hydra's, for a key under a group the config leaves null (eval.lr without eval=)
+            message = _under_a_null_group(compose(config_name, overrides=groups), overrides)
         except (ConfigCompositionException, OmegaConfBaseException) as error:
             if str(error).startswith("You must specify"):  # a group with no default: "... 'sweep', e.g, sweep=<OPTION>"
                 raise CrammingError(str(error).splitlines()[0]) from None
@@ -108,6 +110,19 @@ def check_overrides(config_name: str, overrides: list[str], schema: type, direct
             keys = flat_keys(OmegaConf.to_container(compose(config_name, overrides=groups)))
             message = _explain(cause, keys, overrides)
     raise CrammingError(message)
+
+
+def _under_a_null_group(composed, overrides: list[str]) -> str:
+    """The override that sets a key under a group left null (eval.lr=1 without eval=glue): what to add."""
+    for override in overrides:
+        parts = key_of(override).split(".")
+        for depth in range(1, len(parts)):
+            group = ".".join(parts[:depth])
+            if OmegaConf.select(composed, group, default="") is None:
+                choices = group_options(group) if (CONFIG_DIR / group).is_dir() else []
+                choose = f"choose it first, e.g. {group}={choices[0]} {override}" if choices else f"set {group} first"
+                return f"{override}: {group} is null in this config, so it has no {parts[depth]}; {choose}"
+    return "an override sets a key under a section the config leaves null"
 
 
 def _explain(cause: Exception, keys: list[str], overrides: list[str]) -> str:

@@ -69,6 +69,7 @@ def as_model_config(cfg: Any) -> ModelConfig:
     return cfg
 
 
+MAX_LAYERS = 1000  # far deeper than any BERT-class encoder: more would take minutes to build before any check
 RECIPE_INIT_STD = 0.02  # N(0, 0.02), every architecture's default
 MAX_INIT_STD = 10 * RECIPE_INIT_STD
 
@@ -94,6 +95,8 @@ def check_model_config(cfg: ModelConfig) -> None:
         (0.0 < cfg.init_std <= MAX_INIT_STD,
          f"arch.init_std must be positive and at most {MAX_INIT_STD}, got {cfg.init_std}{far}"),
         (cfg.norm_eps > 0.0, f"arch.norm_eps must be positive, got {cfg.norm_eps}"),
+        (not isinstance(cfg.num_layers, int) or cfg.num_layers <= MAX_LAYERS,
+         f"arch.num_layers must be at most {MAX_LAYERS}, got {cfg.num_layers}"),
     ]
     require([*domains, *values, *(_combined_rules(cfg) if all(ok for ok, _ in domains) else [])])
 

@@ -10,6 +10,7 @@ import shutil
 import socket
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -294,6 +295,19 @@ def test_a_long_run_is_planned_in_strides_within_a_percent_of_step_by_step(monke
     monkeypatch.setattr(cramming.preflight, "SIMULATED_STEPS", 1000)
     strided_tokens, strided_steps, record = _simulated(cfg, trial, 100 * 3600)
     assert len(record) < 2000 and strided_tokens == tokens and strided_steps == pytest.approx(steps, rel=0.01)
+
+
+def test_the_memory_check_reads_the_gpus_own_memory(monkeypatch):
+    """The CUDA branch, reached without a GPU: a card of 1 MB cannot hold the quick start's model."""
+    import cramming.preflight
+    from cramming import compose_config
+    from cramming.preflight import check_memory
+
+    monkeypatch.setattr(cramming.preflight, "device_type", lambda cfg: "cuda")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: types.SimpleNamespace(total_memory=10**6))
+    with pytest.raises(CrammingError, match=r"^memory: the model of arch has \S+ parameters, whose fp32 weights, "
+                                            r"gradients and adamw's state need about \S+ MB, and cuda has 1 MB"):
+        check_memory(compose_config("quickstart", []))
 
 
 def test_the_disk_estimate_counts_every_kept_checkpoint(tmp_path):

@@ -11,13 +11,15 @@ safetensors creates its weight files readable by their owner alone (0600), where
 the umask: `share_weights` gives a folder's weights the mode of the files beside them.
 
 A name a user gives that becomes a folder (a run's name, a dataset's, a sweep's run labels) is one safe path
-component (`folder_name`): it never leaves the directory it is meant for.
+component (`folder_name`): it never leaves the directory it is meant for; a folder a command writes in is one it
+can create or write into (`check_directory`).
 """
 
 import functools
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from cramming.errors import DISK_FULL, CrammingError, free_space
@@ -33,6 +35,20 @@ def folder_name(key: str, value, folder: str) -> tuple[bool, str]:
     ok = isinstance(value, str) and _FOLDER_NAME.fullmatch(value) is not None
     return ok, (f"{key}={value!r} names the folder {folder}: it must be 1 to 128 of the {NAME_CHARACTERS}, "
                 "not starting with a dot")
+
+
+def check_directory(path: str, key: str) -> None:
+    """A directory the command creates or writes into: not a file, and inside a directory it may write."""
+    target = Path(os.path.expanduser(str(path))).absolute()
+    existing = next(candidate for candidate in (target, *target.parents) if candidate.exists())
+    if not existing.is_dir():
+        raise CrammingError(f"{key}={path}: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CrammingError(f"{key}={path}: cannot write in {existing} (permission denied)")
+    try:  # permissions are not the whole story: a read-only mount refuses even root
+        os.rmdir(tempfile.mkdtemp(prefix=".cramming-write-check-", dir=existing))
+    except OSError as error:
+        raise CrammingError(f"{key}={path}: cannot write in {existing} ({error.strerror})") from None
 
 
 class WriteFailed(CrammingError):

@@ -3,6 +3,7 @@ number formats a card computes in (DTYPES), by the names every setting uses."""
 
 import copy
 import functools
+import math
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,10 +14,13 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from cramming import CONFIG_DIR
-from cramming.errors import CrammingError
+from cramming.errors import CrammingError, require
 
 log = logging.getLogger(__name__)
 
+# The longest budget a run is planned for, in GPU-hours (about 114 years of one GPU): a clock, an ETA and an end
+# time beyond it say nothing true, and a date past it may not exist (datetime ends in the year 9999).
+MAX_BUDGET_HOURS = 1e6
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -120,12 +124,22 @@ def _read_profiles(files: tuple[tuple[Path, int], ...]) -> dict[str, GpuProfile]
     return profiles
 
 
+def check_budget(budget_hours: float) -> None:
+    """A budget in GPU-hours a run can be planned for: positive, finite, at most MAX_BUDGET_HOURS."""
+    require([(math.isfinite(budget_hours) and budget_hours > 0,
+              f"budget={budget_hours} must be a positive number (GPU-hours)"),
+             (not budget_hours > MAX_BUDGET_HOURS,
+              f"budget={budget_hours:g} is more than a run can be planned for: at most {MAX_BUDGET_HOURS:g} GPU-hours "
+              f"({MAX_BUDGET_HOURS / 24 / 365.25:.0f} years of one GPU)")])
+
+
 def budget_seconds(budget_hours: float, scaling: str, profile: GpuProfile, device_profile: GpuProfile) -> float:
     """Wall-clock seconds of training for a budget in GPU-hours.
 
     scaling=peak runs for budget × profile peak / this device's peak: the same peak-FLOP budget as the
     chosen profile (e.g. a 2080 Ti day on an H100). An approximation: achieved and peak speed differ.
     """
+    check_budget(budget_hours)
     if scaling == "none":
         return budget_hours * 3600
     if scaling != "peak":
@@ -136,6 +150,10 @@ def budget_seconds(budget_hours: float, scaling: str, profile: GpuProfile, devic
             f"({device_profile.name}); at least one is unknown"
         )
     seconds = budget_hours * 3600 * profile.peak_tflops / device_profile.peak_tflops
+    if not 0 < seconds <= MAX_BUDGET_HOURS * 3600:
+        raise CrammingError(f"budget={budget_hours:g} with budget_scaling=peak gives {seconds / 3600:.3g} hours of "
+                            f"training on {device_profile.name}: a run is planned for more than 0 and at most "
+                            f"{MAX_BUDGET_HOURS:g}")
     log.info("budget_scaling=peak: %.2f h on %s (%.1f TFLOP/s) = %.2f h on %s (%.1f TFLOP/s)",
              budget_hours, profile.name, profile.peak_tflops, seconds / 3600, device_profile.name,
              device_profile.peak_tflops)

@@ -1,12 +1,13 @@
 """A pretraining run checked whole before any data, device or output work, and `preflight=true`.
 
 `check_run` is one pass over the composed config and over what the run will ask of the machine: every section's
-values, the environment's CRAMMING_SIMULATED_MICROBATCH_SECONDS, the device, the budget and its scaling, the W&B
-login, the techniques' inputs on disk (a teacher, a ticket), the data the run will prepare (its files and first
-records: cramming.data.first_look), the end-of-run evaluation by the code that will run it (cramming.eval.start,
-and its tasks' files), and the disk for the prepared data and the checkpoints. It lists every problem it finds,
-not only the first. pretrain.py runs it before anything else, as do each job of a -m sweep before the first
-trains, scripts/ablate.py for every run of a sweep, and scripts/launch.py before torchrun starts a process.
+values, the folders it writes in, the environment's CRAMMING_SIMULATED_MICROBATCH_SECONDS, the device, the budget
+and its scaling, the W&B login, the techniques' inputs on disk (a teacher, a ticket), the data the run will prepare
+(its files and first records: cramming.data.first_look), the end-of-run evaluation by the code that will run it
+(cramming.eval.start, and its tasks' files), and the disk for the prepared data and the checkpoints. It lists every
+problem it finds, not only the first (a check that reads parts of the config runs where those parts hold).
+pretrain.py runs it before anything else, as do each job of a -m sweep before the first trains, scripts/ablate.py
+for every run of a sweep, and scripts/launch.py before torchrun starts a process.
 
 `preflight` (pretrain.py ... preflight=true) runs that pass, then what only trying shows: a hub corpus's first
 records, one microbatch forward and backward of the real model on the real device at the planned size (compiled
@@ -18,10 +19,14 @@ One concept, the check of a run before it starts, kept whole so that everything 
 
 import dataclasses
 import logging
+import math
 import netrc
 import os
 import shutil
+import threading
 import time
+import urllib.error
+import urllib.request
 from datetime import datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlparse
@@ -36,12 +41,14 @@ from cramming.data.prepare import dataset_folder, first_look_before_preparing
 from cramming.data.sources import source_from_config
 from cramming.errors import CrammingError, problems_of, raise_problems, size_text
 from cramming.eval.start import check_glue_after_pretraining
+from cramming.eval.tasks.base import absent_text
 from cramming.eval.tasks.registry import as_glue_config, requested_tasks
+from cramming.files import check_directory
 from cramming.hardware import budget_seconds
 from cramming.model import build_mlm_model
 from cramming.model.config import as_model_config
 from cramming.model.shapes import shapes_only
-from cramming.pretraining import check_pretrain_config
+from cramming.pretraining import PretrainConfig
 from cramming.train.data_repeats import MANY_EPOCHS
 from cramming.train.distributed import Distributed
 from cramming.train.loop import Schedule
@@ -49,7 +56,7 @@ from cramming.train.microbatch import choose_microbatch
 from cramming.train.optimizers import NAMES
 from cramming.train.progress import simulated_microbatch_seconds
 from cramming.train.reporting import format_duration
-from cramming.train.settings import device_profile, resolve_settings
+from cramming.train.settings import device_profile, device_type, resolve_settings
 from cramming.train.techniques import check_on_device, check_technique_inputs
 
 log = logging.getLogger("pretrain")
@@ -59,16 +66,38 @@ CHARACTERS_PER_TOKEN = 4  # English text with a 32k WordPiece or BPE vocabulary:
 HUB_OFFLINE = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
 
 
-def run_problems(cfg) -> list[str]:
-    """Every problem a run of `cfg` would meet that can be known before it starts, one line each."""
+def run_problems(cfg, skipped: dict[str, str] | None = None) -> list[str]:
+    """Every problem a run of `cfg` would meet that can be known before it starts, one line each: the config's values,
+    the folders it writes in, the environment, W&B, the end-of-run evaluation, and each check that reads parts of
+    the config (the device and the budget, the techniques' inputs, the data, the disk) where those parts hold.
+    `skipped`, where given, receives what the end of the run will leave out as eval.skip_missing allows."""
+    skipped = {} if skipped is None else skipped
     main = int(os.environ.get("RANK", "0")) == 0  # only rank 0 runs GLUE at the end and writes to disk
-    problems = problems_of(lambda: check_pretrain_config(cfg), simulated_microbatch_seconds,
-                           lambda: check_wandb_login(cfg.wandb.mode), *([lambda: check_end_of_run(cfg)] * main))
-    if problems:  # the device, the data and the disk need a config whose values are right
-        return problems
-    return problems_of(lambda: device_and_budget(cfg), lambda: check_technique_inputs(cfg),
-                       *([lambda: look_at_data(cfg)] * main),
-                       *([lambda: check_disk(disk_needs(cfg))] * main))
+    parts = config_part_problems(cfg)
+    parts |= {key: problems_of(lambda key=key: check_directory(getattr(cfg, key), key)) for key in FOLDERS}
+
+    def holds(*names: str) -> bool:  # a check that reads a part with problems would only repeat them
+        return not any(parts[name] for name in names)
+
+    checks = [(simulated_microbatch_seconds, True),
+              (lambda: check_wandb(cfg.wandb), holds("wandb")),
+              (lambda: skipped.update(check_glue_data(cfg.eval)), main),
+              (lambda: check_end_of_run(cfg), main and holds("arch", "data")),
+              (lambda: device_and_budget(cfg), holds("budget", "impl", "train", "techniques")),
+              (lambda: check_memory(cfg), holds("arch", "data", "train")),
+              (lambda: check_technique_inputs(cfg), holds("techniques", "data", "arch")),
+              (lambda: look_at_data(cfg), main and holds("data", "cache_dir")),
+              (lambda: check_disk(disk_needs(cfg)), main and holds("data", "arch", "train", "checkpoint", *FOLDERS))]
+    found = [problem for problems in parts.values() for problem in problems]
+    return list(dict.fromkeys(found + problems_of(*[check for check, runs in checks if runs])))
+
+
+FOLDERS = ("output_dir", "cache_dir")  # what a run writes in
+
+
+def config_part_problems(cfg) -> dict[str, list[str]]:
+    """The problems of each part of the composed config (cramming.pretraining.PretrainConfig.part_problems)."""
+    return (cfg if isinstance(cfg, PretrainConfig) else OmegaConf.to_object(cfg)).part_problems()
 
 
 def look_at_data(cfg, hub: bool = False) -> list[str]:
@@ -108,37 +137,87 @@ def device_and_budget(cfg):
     return settings, seconds
 
 
-def check_wandb_login(mode: str) -> None:
-    """wandb=online needs an API key (WANDB_API_KEY, or `wandb login`'s entry in ~/.netrc): found now, not at the
-    first log line after the data is prepared."""
-    if mode != "online" or os.environ.get("WANDB_API_KEY"):
+def check_wandb(wandb) -> None:
+    """wandb=online needs an API key (WANDB_API_KEY, or `wandb login`'s entry in ~/.netrc) and, with
+    wandb.if_unreachable=error, W&B's server within reach: found now, not when W&B starts after the data is
+    prepared (with if_unreachable=offline an unreachable server is the start's to say: offline_if_unreachable)."""
+    if wandb.mode != "online":
         return
-    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
-    try:
-        entry = netrc.netrc(os.environ.get("NETRC")).authenticators(host)
-    except (OSError, netrc.NetrcParseError):
-        entry = None
-    if not entry or not entry[2]:
-        raise CrammingError(f"wandb=online: no W&B API key (no WANDB_API_KEY, no {host} entry in ~/.netrc): run "
-                            "`wandb login` first, or use wandb=offline and `wandb sync` later")
+    host = wandb_host()
+    if not os.environ.get("WANDB_API_KEY"):
+        try:
+            entry = netrc.netrc(os.environ.get("NETRC")).authenticators(host)
+        except (OSError, netrc.NetrcParseError):
+            entry = None
+        if not entry or not entry[2]:
+            raise CrammingError(f"wandb=online: no W&B API key (no WANDB_API_KEY, no {host} entry in ~/.netrc): run "
+                                "`wandb login` first, or use wandb=offline and `wandb sync` later")
+    if wandb.if_unreachable == "error" and (why := wandb_unreachable()):
+        raise CrammingError(f"wandb=online: {host} cannot be reached ({why}) and wandb.if_unreachable=error: check "
+                            "the network, or log offline (wandb=offline, or wandb.if_unreachable=offline) and "
+                            "`wandb sync` later")
+
+
+WANDB_URL = "https://api.wandb.ai"  # WANDB_BASE_URL replaces it, as for wandb itself
+WANDB_PROBE_SECONDS = 3.0
+
+
+def wandb_host() -> str:
+    return urlparse(os.environ.get("WANDB_BASE_URL", WANDB_URL)).hostname
+
+
+def wandb_unreachable() -> str | None:
+    """Why W&B's server does not answer a request now (None: it answers, whatever its status), in at most
+    WANDB_PROBE_SECONDS, the name's lookup included: a run that logs online learns it before its data is prepared,
+    not hours later when W&B starts."""
+    url, outcome = os.environ.get("WANDB_BASE_URL", WANDB_URL), []
+
+    def request() -> None:
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=WANDB_PROBE_SECONDS).close()
+            outcome.append(None)
+        except urllib.error.HTTPError:  # an answer, whatever it says
+            outcome.append(None)
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            outcome.append(str(getattr(error, "reason", error)))
+
+    probe = threading.Thread(target=request, name="wandb-probe", daemon=True)  # a name lookup ignores timeouts
+    probe.start()
+    probe.join(WANDB_PROBE_SECONDS)
+    return outcome[0] if outcome else f"no answer within {WANDB_PROBE_SECONDS:g} s"
+
+
+def wandb_fallback(cfg) -> str | None:
+    """Why a run of `cfg` would log to W&B offline though wandb=online: its server out of reach now, and
+    wandb.if_unreachable=offline (the default); None where it logs as set."""
+    online = cfg.wandb.mode == "online" and cfg.wandb.if_unreachable == "offline"
+    return wandb_unreachable() if online else None
+
+
+def offline_if_unreachable(cfg) -> None:
+    """On rank 0, which logs to W&B: where wandb_fallback says so, the run logs offline from its start, and says
+    it before any data is prepared (its config.yaml records wandb.mode=offline)."""
+    if int(os.environ.get("RANK", "0")) == 0 and (why := wandb_fallback(cfg)):
+        cfg.wandb.mode = "offline"
+        log.warning("wandb=online: %s cannot be reached (%s): this run logs to W&B offline, in <run>/wandb/ (`wandb "
+                    "sync <run>/wandb/offline-run-*` uploads it later; wandb.if_unreachable=error stops instead)",
+                    wandb_host(), why)
 
 
 def check_end_of_run(cfg) -> None:
     """eval=glue: every key the end-of-run evaluation reads, by the code that will read it (its device and
     precision on this machine, LoRA's layers and eval.max_length against the model `arch` builds, the baseline
-    file, the tasks' files)."""
-    if cfg.eval is None:
-        return
-    eval_cfg = as_glue_config(cfg.eval)
-    raise_problems(problems_of(lambda: check_glue_after_pretraining(eval_cfg, cfg.arch, cfg.data.tokenizer.vocab_size),
-                               lambda: check_glue_data(eval_cfg)))
+    file)."""
+    if cfg.eval is not None:
+        check_glue_after_pretraining(as_glue_config(cfg.eval), cfg.arch, cfg.data.tokenizer.vocab_size)
 
 
-def check_glue_data(eval_cfg, folder_key: str = "eval.data_dir") -> None:
+def check_glue_data(eval_cfg, folder_key: str = "eval.data_dir") -> dict[str, str]:
     """eval=glue: the tasks' files read now from eval.data_dir (a file that would stop the end of the run stops
-    its start; a task without files is said now and skipped then), or downloads allowed where it is null."""
+    its start; what has no data is refused, or with eval.skip_missing=true said now and skipped then: returned as
+    {what: why}), or downloads allowed where it is null."""
     if eval_cfg is None:
-        return
+        return {}
     from cramming.eval.run import load_task_data  # noqa: PLC0415 -- transformers: pretrain.py starts without it
 
     cfg = as_glue_config(eval_cfg)
@@ -149,8 +228,8 @@ def check_glue_data(eval_cfg, folder_key: str = "eval.data_dir") -> None:
             raise CrammingError(f"{folder_key} is null, so {', '.join(cfg.tasks)} would be downloaded from the hub, "
                                 f"and {offline[0]}={os.environ[offline[0]]} forbids it: give {folder_key}=<a folder "
                                 "of the tasks' files> (docs/glue.md)")
-        return
-    load_task_data(tasks, cfg)  # CrammingError when no requested task has data; warns of those missing
+        return {}
+    return load_task_data(tasks, cfg)[2]
 
 
 @dataclasses.dataclass
@@ -194,18 +273,47 @@ def _checkpoints_need(cfg) -> DiskNeed:
     """The checkpoints on disk at once: keep_last step checkpoints, the one being written before the oldest
     goes, final, and every keep_at; each the fp32 weights and the optimizer's state."""
     where = Path(os.path.expanduser(str(cfg.output_dir)))
-    try:
-        with shapes_only():
-            model = build_mlm_model(as_model_config(cfg.arch), cfg.data.tokenizer.vocab_size)
-    except (RuntimeError, ValueError, OverflowError):  # sizes no tensor can have: a resume's check names them
+    parameters = model_parameters(cfg)
+    if parameters is None:
         return DiskNeed("the checkpoints (the model's size unknown)", where, None)
-    parameters = sum(parameter.numel() for parameter in model.parameters())
-    known = NAMES.get(cfg.train.optim.name)
-    state = known.state_bytes_per_parameter if known else 8
-    each = parameters * (4 + state)
+    each = parameters * (4 + state_bytes(cfg))
     count = cfg.checkpoint.keep_last + 2 + len(cfg.checkpoint.keep_at)
     return DiskNeed(f"{count} checkpoints of {size_text(each)} ({parameters / 1e6:.1f}M parameters: weights and "
                     f"{cfg.train.optim.name}'s state)", where, count * each)
+
+
+def model_parameters(cfg) -> int | None:
+    """The parameters of the model `arch` builds, counted on shapes alone (None: sizes no tensor can have, which
+    the model's check names)."""
+    try:
+        with shapes_only():
+            model = build_mlm_model(as_model_config(cfg.arch), cfg.data.tokenizer.vocab_size)
+    except (RuntimeError, ValueError, OverflowError):
+        return None
+    return sum(parameter.numel() for parameter in model.parameters())
+
+
+def state_bytes(cfg) -> float:
+    """The optimizer's state per parameter, at most (AdamW: two fp32 moments)."""
+    known = NAMES.get(cfg.train.optim.name)
+    return known.state_bytes_per_parameter if known else 8
+
+
+def check_memory(cfg) -> None:
+    """The model's fp32 weights, gradients and optimizer state (unless impl.offload_optimizer keeps it on the CPU)
+    within the device's memory (the microbatch's activations come on top: the search and preflight's trial judge
+    them); a model past it would end the set-up in an allocation error."""
+    parameters, offloaded = model_parameters(cfg), OmegaConf.select(cfg, "impl.offload_optimizer")
+    need = None if parameters is None else parameters * (8 + (0 if offloaded else state_bytes(cfg)))
+    device = device_type(cfg)
+    memory = (torch.cuda.get_device_properties(int(os.environ.get("LOCAL_RANK", "0"))).total_memory
+              if device == "cuda" else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    if need is None or need > memory:
+        size = "sizes no tensor can have" if need is None else (
+            f"{parameters:.3g} parameters, whose fp32 weights, gradients and {cfg.train.optim.name}'s state need "
+            f"about {size_text(need)}")
+        raise CrammingError(f"memory: the model of arch has {size}, and {device} has {size_text(memory)}: "
+                            "choose a smaller model (arch.hidden_size, arch.num_layers, arch.intermediate_size)")
 
 
 def check_disk(needs: list[DiskNeed]) -> None:
@@ -231,8 +339,8 @@ def _existing(path: Path) -> Path:
 def preflight(cfg) -> int:
     """Everything check_run checks, the data source's first records, one microbatch forward and backward, and
     the plan (printed); 0 when the run would start cleanly, 2 after listing every problem."""
-    started = time.perf_counter()
-    problems, unchecked = run_problems(cfg), []
+    started, skipped = time.perf_counter(), {}
+    problems, unchecked = run_problems(cfg, skipped), []
     if not problems:  # (a local corpus was looked at by run_problems: its notes are kept from then)
         problems = problems_of(lambda: unchecked.extend(look_at_data(cfg, hub=True)))
     if cfg.eval is not None and cfg.eval.data_dir is None:
@@ -251,7 +359,8 @@ def preflight(cfg) -> int:
         needs = disk_needs(cfg)
     except CrammingError:  # listed among the problems already
         needs = []
-    for line in plan(cfg, trial, seconds, needs):
+    offline = wandb_fallback(cfg)
+    for line in plan(cfg, trial, seconds, needs, skipped, offline):
         print(line)
     if not tried:
         print("  microbatch trial: not run until the problems below are fixed")
@@ -264,6 +373,10 @@ def preflight(cfg) -> int:
     notes = [f"the data repeats: about {passes:,.0f} passes over it, and past {MANY_EPOCHS} more passes are worth "
              "little; give more data or a shorter budget"] * (passes is not None and passes > MANY_EPOCHS)
     notes += [f"not checked before the run: {what}" for what in unchecked]
+    notes += [f"eval.skip_missing=true: no data for {absent_text(skipped)}; the end of the run would skip it"
+              ] * bool(skipped)
+    notes += [f"wandb=online: {wandb_host()} cannot be reached ({offline}); the run would log to W&B offline "
+              "(wandb.if_unreachable=offline), to `wandb sync` later"] * bool(offline)
     checked = f"checked in {time.perf_counter() - started:.1f} s"
     if notes:
         print(f"preflight: the run would start, no problem found ({checked}), but:")
@@ -321,9 +434,11 @@ def trial_microbatch(cfg, settings) -> Trial:
     return Trial(settings.microbatch_size, source, seconds[0], after, str(settings.device))
 
 
-def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed]) -> list[str]:
+def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed], skipped: dict[str, str],
+         offline: str | None) -> list[str]:
     """The run in a few lines: what, where, how long (`seconds` of wall budget, None where the device is not
-    known), how much, and what follows it."""
+    known), how much, where it logs (`offline`: why W&B would log offline though online was asked) and what follows
+    it (`skipped`: what it will leave out for want of data)."""
     data = cfg.data
     lines = [f"plan: {cfg.arch.name} on gpu={cfg.gpu.name}, data={data.source}, {data.tokenizer.kind} vocabulary "
              f"{data.tokenizer.vocab_size}, sequences of {data.seq_length}"]
@@ -352,6 +467,12 @@ def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed])
                      f"({size_text(shutil.disk_usage(_existing(need.where)).free)} free)")
     lines.append(f"  checkpoints: every {cfg.checkpoint.interval_minutes:g} minutes of training, the last "
                  f"{cfg.checkpoint.keep_last} kept, and final")
+    if offline:
+        lines.append(f"  W&B: offline, in <run>/wandb/: {wandb_host()} cannot be reached ({offline}; "
+                     "wandb.if_unreachable=offline)")
+    elif cfg.wandb.mode != "disabled":
+        lines.append(f"  W&B: {cfg.wandb.mode}, project {cfg.wandb.project}" +
+                     (" (`wandb sync <run>/wandb/offline-run-*` uploads it)" if cfg.wandb.mode == "offline" else ""))
     validation = cfg.train.validation
     if cfg.data.validation_rows:
         probe = (f", with BLiMP on {validation.blimp_pairs} pairs a paradigm and bits per character"
@@ -360,7 +481,9 @@ def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed])
                      f"of training and at the end{probe}")
     if cfg.eval is not None:
         source = f"from {cfg.eval.data_dir}" if cfg.eval.data_dir else "from the hub"
-        lines.append(f"  at the end: GLUE fine-tuning on {', '.join(cfg.eval.tasks)} ({source}), outside the budget")
+        tasks = ", ".join(cfg.eval.tasks) or "no task (eval.tasks is empty)"
+        left_out = f"; skipped for want of data (eval.skip_missing=true): {', '.join(skipped)}" if skipped else ""
+        lines.append(f"  at the end: GLUE fine-tuning on {tasks} ({source}), outside the budget{left_out}")
     else:
         lines.append("  at the end: the summary and plots; no GLUE (eval=glue adds it)")
     return lines
@@ -379,27 +502,33 @@ def _expected(cfg, trial: Trial, seconds: float) -> tuple[float, int]:
     return tokens, steps
 
 
+SIMULATED_STEPS = 200_000  # a longer run is simulated in strides of steps at one batch: a second, whatever the budget
+
+
 def _simulated(cfg, trial: Trial, seconds: float) -> tuple[float, int, list[tuple[float, int, float]]]:
-    """The run at the trial's speed: its tokens, its optimizer steps, and (f, sequences per step, lr) at each
-    step, the schedules driven as the loop drives them (cramming.train.loop.Schedule)."""
-    schedule = Schedule(cfg.train, trial.microbatch_size)
+    """The run at the trial's speed: its tokens, its optimizer steps, and (f, sequences per step, lr) along it (at
+    each step, or at each stride of a run past SIMULATED_STEPS steps), the schedules driven as the loop drives them
+    (cramming.train.loop.Schedule)."""
+    schedule = Schedule(OmegaConf.to_object(cfg.train), trial.microbatch_size)  # a dataclass: read fast
     microbatches = seconds / trial.seconds_after
     per_microbatch = trial.microbatch_size * cfg.data.seq_length
     if cfg.train.progress == "steps":
         steps = cfg.train.max_steps
-        accumulated = [schedule.accumulate(step / steps) for step in range(steps)]
-        record = [(step / steps, count * trial.microbatch_size, schedule.lr(step / steps))
-                  for step, count in enumerate(accumulated)]
-        return min(sum(accumulated), microbatches) * per_microbatch, steps, record
-    done, record = 0, []
-    while done < microbatches and len(record) < 10_000_000:
+        stride = max(1, steps // SIMULATED_STEPS)
+        record = [(step / steps, schedule.accumulate(step / steps) * trial.microbatch_size, schedule.lr(step / steps))
+                  for step in range(0, steps, stride)]
+        accumulated = stride * sum(batch for _, batch, _ in record) / trial.microbatch_size
+        return min(accumulated, microbatches) * per_microbatch, steps, record
+    done, steps, record, limit = 0, 0, [], cfg.train.max_steps or math.inf
+    while done < microbatches and steps < limit:
         fraction = done / microbatches
         schedule.observe(fraction, done * trial.microbatch_size)
         count = schedule.accumulate(fraction)
         record.append((fraction, count * trial.microbatch_size, schedule.lr(fraction)))
-        done += count
-    steps = min(len(record), cfg.train.max_steps) if cfg.train.max_steps else len(record)
-    return microbatches * per_microbatch, steps, record[:steps]
+        stride = int(min(max(1, microbatches / (SIMULATED_STEPS * count)), limit - steps))
+        done += stride * count
+        steps += stride
+    return microbatches * per_microbatch, steps, record
 
 
 PLAN_FRACTIONS = (0.0, 0.25, 0.5, 0.75, 0.95)

@@ -5,7 +5,6 @@ neither imports the other: the zero-shot probe at the validation points is evalu
 from here."""
 
 import logging
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
@@ -17,7 +16,7 @@ from cramming.data.sources import DataConfig, check_data_config
 from cramming.errors import problems_of, raise_problems, require
 from cramming.eval.probe import ZeroShotProbe
 from cramming.eval.tasks.registry import GlueConfig, as_glue_config, check_glue_config
-from cramming.hardware import GpuProfile
+from cramming.hardware import GpuProfile, check_budget
 from cramming.model.config import ModelConfig, as_model_config
 from cramming.runs import FINAL, check_run_name
 from cramming.train.callbacks import Callback
@@ -56,36 +55,42 @@ class PretrainConfig:
     eval: Optional[GlueConfig] = None  # eval=glue: fine-tune and score on GLUE after pretraining (outside the budget)
 
     def check(self) -> None:
-        """Each part's own values, what spans parts and the end-of-run GLUE's, then (on values that hold) the
-        techniques': every problem."""
-        problems = problems_of(
-            lambda: check_data_config(self.data), self._check_top_level, self.train.check, self.impl.check,
-            self._check_microbatch, self._check_across_parts, self.checkpoint.check, self.logging.check,
-            self.wandb.check,
-            *([self._check_eval] if self.eval is not None else []))
-        raise_problems(problems or problems_of(lambda: check_techniques(self)))
+        """Every problem of every part, in one line."""
+        raise_problems(list(dict.fromkeys(problem for found in self.part_problems().values() for problem in found)))
 
-    def _check_top_level(self) -> None:
+    def part_problems(self) -> dict[str, list[str]]:
+        """Each part's own problems, by part: the run's name, the budget, each section, the rules across sections,
+        the end-of-run GLUE's and the techniques'; one part's problem does not hide another's, and the start
+        (cramming.preflight) runs what reads a part only where that part holds."""
+        checks = {
+            "name": self._check_name, "budget": self._check_budget,
+            "data": lambda: check_data_config(self.data), "arch": lambda: as_model_config(self.arch),
+            "train": self.train.check, "impl": self.impl.check, "microbatch": self._check_microbatch,
+            "across": self._check_across_parts, "checkpoint": self.checkpoint.check, "logging": self.logging.check,
+            "wandb": self.wandb.check, "eval": self._check_eval, "techniques": lambda: check_techniques(self),
+        }
+        return {part: problems_of(check) for part, check in checks.items()}
+
+    def _check_name(self) -> None:
         if not self.resume:  # a resume goes on in its run's own folder, whatever its name (see cli.resume)
             check_run_name(self.name)
-        require([(math.isfinite(self.budget) and self.budget > 0,
-                  f"budget={self.budget} must be a positive number (GPU-hours)"),
-                 (self.budget_scaling in BUDGET_SCALINGS,
-                  f"budget_scaling={self.budget_scaling!r} must be none or peak")])
+
+    def _check_budget(self) -> None:
+        raise_problems(problems_of(lambda: check_budget(self.budget), lambda: require([
+            (self.budget_scaling in BUDGET_SCALINGS, f"budget_scaling={self.budget_scaling!r} must be none or peak")])))
 
     def _check_across_parts(self) -> None:
-        arch, train = as_model_config(self.arch), self.train
-        masked = round(train.mlm_rate * self.data.seq_length)
+        """The rules that read two sections, each once the values it reads are in their own domains."""
+        train, positions, seq_length = self.train, self.arch.max_position_embeddings, self.data.seq_length
+        masked = round(train.mlm_rate * seq_length)
         require([
             (not self.impl.deterministic or train.progress == "steps",
              "impl.deterministic=true needs train.progress=steps (e.g. train=steps): a budget-driven schedule follows "
              "the wall clock, which no two runs share"),
-            (0 < train.mlm_rate < 1 and 1 <= masked < self.data.seq_length,
-             f"train.mlm_rate={train.mlm_rate} must mask 1 to {self.data.seq_length - 1} of {self.data.seq_length} "
-             "tokens"),
-            (self.data.seq_length <= arch.max_position_embeddings,
-             f"data.seq_length={self.data.seq_length} exceeds arch.max_position_embeddings="
-             f"{arch.max_position_embeddings}"),
+            (seq_length < 2 or (0 < train.mlm_rate < 1 and 1 <= masked < seq_length),
+             f"train.mlm_rate={train.mlm_rate} must mask 1 to {seq_length - 1} of {seq_length} tokens"),
+            (positions < 1 or seq_length <= positions,
+             f"data.seq_length={seq_length} exceeds arch.max_position_embeddings={positions}"),
             (train.validation.early_stop_fraction is None or self.data.validation_rows > 0,
              "train.validation.early_stop_* needs a validation slice: data.validation_rows is 0"),
         ])
@@ -97,7 +102,8 @@ class PretrainConfig:
                   "sequences than its batch; make the microbatch at most the batch")])
 
     def _check_eval(self) -> None:
-        check_glue_config(as_glue_config(self.eval))
+        if self.eval is not None:
+            check_glue_config(as_glue_config(self.eval))
 
 
 def check_pretrain_config(cfg) -> None:

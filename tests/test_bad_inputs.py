@@ -158,6 +158,8 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("pretrain", [*TINY, "budget=0"], "budget=0.0 must be a positive number"),
     ("pretrain", [*TINY, "budget=inf"], "budget=inf must be a positive number"),
     ("pretrain", [*TINY, "budget=-1"], "budget=-1.0 must be a positive number"),
+    ("pretrain", [*TINY, "budget=1e9"], "budget=1e+09 is more than a run can be planned for: at most 1e+06 GPU-hours "
+                                        "(114 years of one GPU)"),
     ("pretrain", [*TINY, "train.mlm_rate=0"], "train.mlm_rate=0.0 must mask 1 to 63 of 64 tokens"),
     ("pretrain", [*TINY, "train.mlm_rate=1"], "train.mlm_rate=1.0 must mask 1 to 63"),
     ("pretrain", [*TINY, "train.mlm_rate=0.001"], "train.mlm_rate=0.001 must mask 1 to 63"),
@@ -225,6 +227,11 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("pretrain", [*TINY, "logging.progress=fancy"], "logging.progress='fancy' must be auto, bar or lines"),
     ("pretrain", [*TINY, "train.validation.fractions=[0.5,1.0]"], "train.validation.fractions=[0.5, 1.0] must each "
                                                                   "be in (0, 1)"),
+    ("pretrain", [*TINY, "train.validation.fractions=[0.5,0.5]"],
+     "error: train.validation.fractions=[0.5, 0.5] must be increasing, each once: a validation is at one point of "
+     "training (e.g. [0.5])"),
+    ("pretrain", [*TINY, "train.validation.fractions=[0.75,0.25]"],
+     "train.validation.fractions=[0.75, 0.25] must be increasing, each once"),
     ("pretrain", [*TINY, "train.validation.early_stop_loss=5"], "train.validation.early_stop_fraction and "
                                                                 "train.validation.early_stop_loss go together"),
     ("pretrain", [*TINY, "train.validation.early_stop_fraction=0.3", "train.validation.early_stop_loss=5"],
@@ -235,7 +242,7 @@ CASES = [  # (command, arguments, what the one line must contain)
     # data and architecture settings
     ("pretrain", [*TINY, "data.max_doc_chars=0"], "data.max_doc_chars=0 must be at least 1"),
     ("pretrain", [*TINY, "data.seq_length=256"], "data.seq_length=256 exceeds arch.max_position_embeddings=128"),
-    ("pretrain", [*TINY, "data.seq_length=1"], "data.seq_length=1 must be at least 2"),
+    ("pretrain", [*TINY, "data.seq_length=1"], "error: data.seq_length=1 must be at least 2"),  # alone: no mask rule
     ("pretrain", [*TINY, "data.tokenizer.vocab_size=3"], "data.tokenizer.vocab_size=3 must be between 6 and 65536"),
     ("pretrain", [*TINY, "data.tokenizer.vocab_size=70000"], "data.tokenizer.vocab_size=70000 must be between"),
     ("pretrain", [*TINY, "data.tokenizer.kind=sentencepiece"], "data.tokenizer.kind='sentencepiece' is unknown"),
@@ -244,6 +251,10 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("pretrain", [*TINY, "arch.num_heads=5"], "arch.hidden_size (128) must be divisible by arch.num_heads (5)"),
     ("pretrain", [*TINY, "arch.ffn=swiglu"], "arch.ffn must be one of glu, gelu, got 'swiglu'"),
     ("pretrain", [*TINY, "arch.dropout=1.5"], "arch.dropout must be in [0, 1), got 1.5"),
+    ("pretrain", [*TINY, "arch.num_layers=1000000000"], "arch.num_layers must be at most 1000, got 1000000000"),
+    ("pretrain", [*TINY, "arch.hidden_size=65536", "arch.intermediate_size=262144"],
+     "memory: the model of arch has 8.62e+10 parameters, whose fp32 weights, gradients and adamw's state need about "
+     "1.38 TB, and cpu has "),
     ("pretrain", [*TINY, "arch.global_rope_theta=inf"], "arch.global_rope_theta must be a finite number greater "
                                                         "than 1, got inf"),
     ("pretrain", [*TINY, "arch.local_rope_theta=inf"], "arch.local_rope_theta must be a finite number greater "
@@ -256,7 +267,14 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("pretrain", [*TINY, "train.optim.learning_rate=1"], "unknown key train.optim.learning_rate — did you mean "
                                                          "train.optim.lr?"),
     ("pretrain", [*TINY, "trian.seed=1"], "unknown key trian.seed — did you mean train.seed?"),
+    ("pretrain", [*TINY, "train.microbatch_size=4"], "unknown key train.microbatch_size — did you mean "
+                                                     "impl.microbatch_size?"),  # the same name in another section
+    ("ablate", ["sweep=smoke", "overrides=[gpu=cpu,eval.tasks=[rte,mrpc]]", "output_dir={root}/ab"],
+     "cannot read the override 'overrides=[gpu=cpu,eval.tasks=[rte,mrpc]]': no viable alternative at input '[gpu='; "
+     "a list of overrides quotes each one: 'overrides=[\"gpu=cpu\",\"eval.tasks=[rte,mrpc]\"]'"),
     ("pretrain", [*TINY, "+train.foo=1"], "unknown key train.foo"),
+    ("pretrain", [*TINY, "eval.epochs=1000000"], "eval.epochs=1000000: eval is null in this config, so it has no "
+                                                 "epochs; choose it first, e.g. eval=glue eval.epochs=1000000"),
     ("pretrain", [*TINY, "budget=abc"], "budget=abc: Value 'abc' of type 'str' could not be converted to Float"),
     ("pretrain", [*TINY, "x=["], "cannot read the override 'x=['"),
     # checkpoints to resume from
@@ -276,7 +294,8 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("pretrain", [*TINY, "data=local", "data.files={corpus}/binary.txt"],
      "data.filter.max_bad_char_fraction=0.01: every document has more undecodable bytes — the filters keep none of "
      "the whole source (too_short 1, bad_bytes 400)"),
-    ("pretrain", [*TINY, "data=local", "data.files={corpus}/empty.txt"], "data: the source holds no documents"),
+    ("pretrain", [*TINY, "data=local", "data.files={corpus}/empty.txt"],
+     "data: data.files ({corpus}/empty.txt) holds no documents (no text to train on)"),
     ("pretrain", [*TINY, "data=local", "data.files={corpus}"], "is a directory; give a glob"),
     ("pretrain", [*TINY, "data=local", "data.files={corpus}/table.csv"], "table.csv has an unsupported type"),
     ("prepare_data", ["data=embedded", "cache_dir={cache}", "data.filter.min_chars=100000000"],

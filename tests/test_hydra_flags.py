@@ -66,6 +66,9 @@ def test_every_command_prints_its_config_with_c_job(name, overrides):
     (["budget=0.0003,0.0004"], "error: budget=0.0003,0.0004 is a sweep: add -m (--multirun)", False),
     (["-m", "--cfg", "job", "budget=1,2"], "error: --multirun and --cfg cannot go together", False),
     (["--bogus"], "error: unrecognized arguments: --bogus; see --help", False),
+    (["budget=0.01", "-m", "name=x"], "error: unrecognized arguments: name=x: -m comes after other overrides, and "
+                                      "Hydra reads the overrides as one group: put -m before the overrides or after "
+                                      "them all; see --help", True),
     (["--cfg", "jobs"], "error: argument --cfg/-c: invalid choice: 'jobs' (choose from 'job', 'hydra', 'all')", False),
 ])
 def test_bad_overrides_end_in_one_line_under_every_flag(arguments, message, real):

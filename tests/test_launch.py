@@ -3,6 +3,8 @@ is one line and exit code 2 before any process starts; a process that fails afte
 line and the process's own exit code instead of torchrun's traceback and exit code 1. GPUs are stood in for
 by patching torch.cuda, so each case reads the same on any machine."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -49,7 +51,8 @@ def gpus(monkeypatch):
     def patch(count: int) -> None:
         for name, value in {"is_available": lambda: count > 0, "device_count": lambda: count,
                             "current_device": lambda: 0, "is_bf16_supported": lambda *a, **k: True,
-                            "get_device_name": lambda *a, **k: "NVIDIA H100 80GB HBM3"}.items():
+                            "get_device_name": lambda *a, **k: "NVIDIA H100 80GB HBM3",
+                            "get_device_properties": lambda *a, **k: SimpleNamespace(total_memory=80 * 2**30)}.items():
             monkeypatch.setattr(torch.cuda, name, value)
     return patch
 

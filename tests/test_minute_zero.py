@@ -75,6 +75,13 @@ CASES = [  # (name, overrides, environment, words of the one line)
     ("init-std", ["arch.init_std=2"], {}, "arch.init_std must be positive and at most 0.2, got 2.0 (100x the recipe's"),
     ("microbatch-over-batch", ["train.batch_size=8", "impl.microbatch_size=16"], {},
      "impl.microbatch_size=16 exceeds train.batch_size=8"),
+    ("superglue-without-files", ["eval=superglue", f"eval.data_dir={GLUE_DIR}"], {},
+     f"no data for boolq: {GLUE_DIR}/BoolQ/train.jsonl not found; cb: {GLUE_DIR}/CB/train.jsonl not found;"),
+    ("task-without-files", ["eval=glue", "eval.tasks=[rte,swag]", f"eval.data_dir={GLUE_DIR}"], {},
+     f"no data for swag: {GLUE_DIR}/SWAG/train.csv not found — the run would leave it out: add the files, or set "
+     "eval.skip_missing=true to run the rest without them"),
+    ("submission-without-test-split", [*GLUE, "eval.predict_test=true"], {},
+     f"no data for the submission's RTE.tsv: {GLUE_DIR}/RTE/test.tsv not found — the run would leave it out"),
 ]
 
 
@@ -84,7 +91,8 @@ CASES = [  # (name, overrides, environment, words of the one line)
 COMMAND_LINE_GROUPS = [["max-length", "peft-targets", "eval-device", "eval-precision", "eval-baseline"],
                        ["wandb-project", "simulated-clock", "init-std", "microbatch-over-batch"],
                        ["teacher-vocabulary", "ticket-vocabulary"], ["eval-cuda"], ["truncated-gzip"], ["min-chars"],
-                       ["tiny-vocabulary"], ["vocabulary-beyond-corpus"]]
+                       ["tiny-vocabulary"], ["vocabulary-beyond-corpus"], ["superglue-without-files"],
+                       ["task-without-files"], ["submission-without-test-split"]]
 BY_NAME = {case[0]: case for case in CASES}
 
 

@@ -3,8 +3,14 @@ after data preparation or after training is one line and exit 2 before any data,
 through the command line (pretrain.py, a -m sweep, scripts/ablate.py, scripts/launch.py); and
 `preflight=true` checks it all, tries one microbatch and prints the plan, writing nothing."""
 
+import gzip
+import http.server
 import os
 import shutil
+import socket
+import threading
+import time
+import types
 from pathlib import Path
 
 import pytest
@@ -86,6 +92,38 @@ def test_several_problems_are_all_in_the_one_line(tmp_path, cache_dir):
         assert words in run.stderr
 
 
+def test_every_kind_of_problem_is_named_in_one_go(tmp_path, cache_dir, monkeypatch):
+    """Problems that different checks find, crossed: two config sections, the run's name, the budget, a folder that
+    is a file, a truncated input file, the end-of-run evaluation's device and data, and W&B's login; none hides
+    another."""
+    for key, value in NO_WANDB_LOGIN(tmp_path).items():
+        monkeypatch.delenv(key, raising=False) if value is None else monkeypatch.setenv(key, value)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder\n")
+    compressed = gzip.compress(b"A line of text to train on.\n" * 2000)
+    (tmp_path / "cut.txt.gz").write_bytes(compressed[:len(compressed) // 2])
+    run = in_subprocess("pretrain", *QUICK, "train.optim.lr=-1", "train.batch_size=0", "name=a/b", "budget=-1",
+                        f"output_dir={a_file}", "data=local", f"data.files={tmp_path}/cut.txt.gz", "eval=glue",
+                        "eval.tasks=[rte,swag]", f"eval.data_dir={GLUE_DIR}", "eval.device=gpu", "wandb=online",
+                        cwd=tmp_path)
+    started_nothing(run, a_file, cache_dir)
+    said = ["name='a/b' names the folder", "budget=-1.0 must be a positive number", "train.batch_size=0 must be",
+            "train.optim.lr=-1.0 must be positive", f"output_dir={a_file}: {a_file} is a file, not a directory",
+            "cut.txt.gz is truncated", "eval.device='gpu' is not auto", "wandb=online: no W&B API key",
+            f"no data for swag: {GLUE_DIR}/SWAG/train.csv not found"]
+    assert run.stderr.startswith(f"error: {len(said)} problems: (1) "), run.stderr
+    assert all(words in run.stderr for words in said), run.stderr
+
+
+@pytest.mark.parametrize(("budget", "refused"), [("1e9", "budget=1e+09 is more than a run can be planned for"),
+                                                 ("-1", "budget=-1.0 must be a positive number")])
+def test_the_preflight_plans_no_end_time_for_a_budget_it_refuses(tmp_path, budget, refused):
+    run = in_process("pretrain", *QUICK, "preflight=true", f"budget={budget}", f"output_dir={tmp_path / 'out'}")
+    assert run.returncode == 2 and "Traceback" not in run.stdout + run.stderr, run.stdout + run.stderr
+    assert f"  1. {refused}" in run.stdout
+    assert "  budget: " not in run.stdout and "would end at" not in run.stdout
+
+
 def test_every_job_of_a_sweep_is_checked_before_the_first_trains(tmp_path, cache_dir):
     out = tmp_path / "out"
     run = in_subprocess("pretrain", "-m", *QUICK, "budget_scaling=none,bogus", f"output_dir={out}",
@@ -152,6 +190,84 @@ def test_the_preflight_lists_every_problem(tmp_path, cache_dir, monkeypatch):
     assert not out.exists() and not (cache_dir / "data").exists()
 
 
+def test_the_plan_says_what_eval_skip_missing_leaves_out_and_never_calls_the_run_clean(tmp_path):
+    run = in_process("pretrain", *QUICK, "preflight=true", "eval=glue", "eval.tasks=[rte,swag]",
+                     f"eval.data_dir={GLUE_DIR}", "eval.skip_missing=true", f"output_dir={tmp_path / 'out'}")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (f"  at the end: GLUE fine-tuning on rte, swag (from {GLUE_DIR}), outside the budget; skipped for want of "
+            "data (eval.skip_missing=true): swag") in run.stdout
+    assert "cleanly" not in run.stdout and "preflight: the run would start, no problem found" in run.stdout
+    assert (f". eval.skip_missing=true: no data for swag: {GLUE_DIR}/SWAG/train.csv not found; the end of the run "
+            "would skip it") in run.stdout
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A local port nothing listens on: a connection to it is refused at once."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_the_wandb_probe_tells_an_answer_from_a_refusal_and_from_silence_in_bounded_time(closed_port, monkeypatch):
+    import cramming.preflight
+    from cramming.preflight import wandb_unreachable
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # answers 501 to HEAD
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.server_port}")
+    assert wandb_unreachable() is None  # any status is an answer
+    server.shutdown()
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_port}")
+    assert "Connection refused" in wandb_unreachable()
+    monkeypatch.setattr(cramming.preflight, "WANDB_PROBE_SECONDS", 0.2)
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        started = time.perf_counter()
+        assert wandb_unreachable() in ("timed out", "no answer within 0.2 s")
+        assert time.perf_counter() - started < 1
+
+
+@pytest.mark.parametrize("if_unreachable", ["offline", "error"])
+def test_wandb_online_out_of_reach_is_planned_offline_or_refused(tmp_path, cache_dir, closed_port, monkeypatch,
+                                                                  if_unreachable):
+    monkeypatch.setenv("WANDB_API_KEY", "a-key")
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_port}")
+    run = in_process("pretrain", *QUICK, "preflight=true", "wandb=online", f"wandb.if_unreachable={if_unreachable}",
+                     f"output_dir={tmp_path / 'out'}")
+    assert "Traceback" not in run.stdout + run.stderr and "cleanly" not in run.stdout
+    if if_unreachable == "offline":
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert ("  W&B: offline, in <run>/wandb/: 127.0.0.1 cannot be reached ([Errno 111] Connection refused; "
+                "wandb.if_unreachable=offline)") in run.stdout
+        assert (". wandb=online: 127.0.0.1 cannot be reached ([Errno 111] Connection refused); the run would log to "
+                "W&B offline (wandb.if_unreachable=offline), to `wandb sync` later") in run.stdout
+    else:
+        assert run.returncode == 2
+        assert ("  1. wandb=online: 127.0.0.1 cannot be reached ([Errno 111] Connection refused) and "
+                "wandb.if_unreachable=error: check the network, or log offline") in run.stdout
+
+
+def test_a_run_whose_wandb_is_out_of_reach_starts_offline_and_says_so_first(shared_cache, tmp_path, closed_port,
+                                                                            monkeypatch, simulated_clock):
+    monkeypatch.setenv("WANDB_API_KEY", "a-key")
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_port}")
+    run = in_subprocess("pretrain", *QUICK, "wandb=online", "budget=0.0002", "data.validation_rows=0",
+                        f"output_dir={tmp_path}", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    console = (run.stdout + run.stderr).splitlines()
+    said = next(n for n, line in enumerate(console) if line.startswith("wandb=online: 127.0.0.1 cannot be reached"))
+    assert said < next(n for n, line in enumerate(console) if line.startswith("data: "))  # before the data
+    assert console[said].endswith("this run logs to W&B offline, in <run>/wandb/ (`wandb sync "
+                                  "<run>/wandb/offline-run-*` uploads it later; wandb.if_unreachable=error stops "
+                                  "instead)")
+    (run_dir,) = (tmp_path / "quickstart").iterdir()
+    assert list((run_dir / "wandb").glob("offline-run-*"))
+    assert "mode: offline" in (run_dir / "config.yaml").read_text()
+
+
 def test_a_microbatch_that_does_not_fit_is_named(monkeypatch):
     """The GPU's out-of-memory, which a CPU cannot produce on demand, raised by the trial's backward."""
     import cramming.engine.step
@@ -166,6 +282,32 @@ def test_a_microbatch_that_does_not_fit_is_named(monkeypatch):
     with pytest.raises(CrammingError, match=r"preflight: microbatch 4096 \(impl.microbatch_size\) does not fit in "
                                             r"cpu's memory: set impl.microbatch_size smaller"):
         trial_microbatch(cfg, device_and_budget(cfg)[0])
+
+
+def test_a_long_run_is_planned_in_strides_within_a_percent_of_step_by_step(monkeypatch):
+    """The plan of the longest budget (1e6 GPU-hours) simulates a bounded number of strides, not a billion steps."""
+    import cramming.preflight
+    from cramming import compose_config
+    from cramming.preflight import Trial, _simulated
+
+    cfg, trial = compose_config("quickstart", ["budget=100"]), Trial(32, "cpu profile", 1.0, 0.9, "cpu")
+    tokens, steps, _ = _simulated(cfg, trial, 100 * 3600)
+    monkeypatch.setattr(cramming.preflight, "SIMULATED_STEPS", 1000)
+    strided_tokens, strided_steps, record = _simulated(cfg, trial, 100 * 3600)
+    assert len(record) < 2000 and strided_tokens == tokens and strided_steps == pytest.approx(steps, rel=0.01)
+
+
+def test_the_memory_check_reads_the_gpus_own_memory(monkeypatch):
+    """The CUDA branch, reached without a GPU: a card of 1 MB cannot hold the quick start's model."""
+    import cramming.preflight
+    from cramming import compose_config
+    from cramming.preflight import check_memory
+
+    monkeypatch.setattr(cramming.preflight, "device_type", lambda cfg: "cuda")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: types.SimpleNamespace(total_memory=10**6))
+    with pytest.raises(CrammingError, match=r"^memory: the model of arch has \S+ parameters, whose fp32 weights, "
+                                            r"gradients and adamw's state need about \S+ MB, and cuda has 1 MB"):
+        check_memory(compose_config("quickstart", []))
 
 
 def test_the_disk_estimate_counts_every_kept_checkpoint(tmp_path):

@@ -23,7 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 from cramming import as_group_choices
 from cramming.errors import CrammingError, require
 from cramming.files import folder_name, read_json_object, write_atomically
-from cramming.preflight import run_problems
+from cramming.preflight import offline_if_unreachable, run_problems
 from cramming.pretraining import PretrainConfig, pretrain  # noqa: F401  (PretrainConfig registers the pretraining schemas)
 from cramming.train.plots import plot_comparison
 
@@ -98,6 +98,7 @@ def run_sweep(cfg: AblateConfig) -> Path:
             continue
         log.info("[%d/%d] %s: %s%s", number, len(planned), label, " ".join(sweep.runs[label]) or "(the base)",
                  " (resuming)" if plan.resume else "")
+        offline_if_unreachable(plan)
         run_dirs[label] = pretrain(plan)
     # the table's header names what every run shared: the sweep's base and the command's overrides
     return report(name, SweepConfig(base=[*sweep.base, *cfg.overrides], runs=sweep.runs), run_dirs, out)

@@ -62,7 +62,7 @@ def expand_home(cfg) -> None:
     expand(cfg)
 
 
-def check_arguments(argv: list[str], config_name: str, schema: type, directories: tuple[str, ...],
+def check_arguments(argv: list[str], config_name: str, schema: type, directories: tuple[str, ...] = (),
                     check_job=None) -> None:
     """Every job the command line asks for, checked before the first one starts (a sweep's bad value
     fails at once, not after hours of the jobs before it): its overrides, and in a sweep (-m) the job's

@@ -30,7 +30,8 @@ def parse_arguments(argv: list[str], config_name: str) -> Arguments:
     except argparse.ArgumentError as error:
         raise CrammingError(f"{error}; see --help") from None
     if unknown:
-        raise CrammingError(f"unrecognized arguments: {' '.join(unknown)}; see --help")
+        raise CrammingError(f"unrecognized arguments: {' '.join(unknown)}{_left_over(argv, unknown, args.overrides)}; "
+                            "see --help")
     modes = [flag for flag, on in (("--run", args.run), ("--multirun", args.multirun), ("--cfg", args.cfg),
                                    ("--info", args.info), ("--shell-completion", args.shell_completion)) if on]
     if len(modes) > 1:  # Hydra's own ValueError, as one line
@@ -41,11 +42,46 @@ def parse_arguments(argv: list[str], config_name: str) -> Arguments:
     return Arguments(args.config_name or config_name, overrides, args.multirun, composes)
 
 
+def _left_over(argv: list[str], unknown: list[str], overrides: list[str]) -> str:
+    """Why overrides were left unread: Hydra reads its overrides as one group, which a flag among them ends."""
+    if unknown[0].startswith("-"):
+        return ""
+    flags = []
+    for token in reversed(argv[:argv.index(unknown[0])]):
+        if token in overrides:
+            break
+        if token.startswith("-"):
+            flags.insert(0, token)
+    named = " and ".join(flags)
+    return (f": {named} comes after other overrides, and Hydra reads the overrides as one group: put {named} before "
+            "the overrides or after them all") if flags else ""
+
+
 def parse_override(override: str):
     try:
         return OverridesParser.create().parse_overrides([override])[0]
     except OverrideParseException as error:
-        raise CrammingError(f"cannot read the override {override!r}: {str(error).splitlines()[0]}") from None
+        raise CrammingError(f"cannot read the override {override!r}: {str(error).splitlines()[0]}"
+                            f"{_quoting_hint(override)}") from None
+
+
+def _quoting_hint(override: str) -> str:
+    """A list of overrides (scripts/ablate.py overrides=[...]) whose items lack their own quotes: the form Hydra
+    reads."""
+    key, _, value = override.partition("=")
+    if not (value.startswith("[") and value.endswith("]")):
+        return ""
+    items, depth, start = [], 0, 1
+    for position, character in enumerate(value[1:-1], 1):
+        depth += {"[": 1, "]": -1}.get(character, 0)
+        if character == "," and depth == 0:
+            items.append(value[start:position])
+            start = position + 1
+    items.append(value[start:-1])
+    if not all("=" in item and item[:1] not in "'\"" for item in items):
+        return ""
+    quoted = ",".join(f'"{item}"' for item in items)
+    return f"; a list of overrides quotes each one: '{key}=[{quoted}]'"
 
 
 def job_overrides(arguments: Arguments) -> list[list[str]]:

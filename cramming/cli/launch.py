@@ -20,7 +20,7 @@ from torch.distributed.run import determine_local_world_size, parse_args, parse_
 from cramming import compose_config
 from cramming.cli import check_arguments
 from cramming.cli.arguments import job_overrides, parse_arguments
-from cramming.cli.pretrain import DIRECTORIES, checked_job
+from cramming.cli.pretrain import checked_job
 from cramming.errors import CrammingError, exit_on_user_error, fail
 from cramming.pretraining import PretrainConfig
 from cramming.train.settings import resolve_settings
@@ -32,7 +32,7 @@ PRETRAINING = ("pretrain.py", "cramming.cli.pretrain", "cramming-pretrain")  # t
 def check_pretraining(arguments: list[str], processes: int, world_size: int | None) -> None:
     """What each local process of `pretrain.py <arguments>` checks before its data is prepared (world_size:
     None when other nodes join)."""
-    check_arguments(arguments, "pretrain", PretrainConfig, DIRECTORIES)
+    check_arguments(arguments, "pretrain", PretrainConfig)
     parsed = parse_arguments(arguments, "pretrain")
     for overrides in job_overrides(parsed) if parsed.composes else []:
         cfg = checked_job(compose_config(parsed.config_name, overrides), overrides, parsed.config_name, world_size)

@@ -4,9 +4,6 @@ is one line that names it (and the closest valid key, choice or override), inste
 report."""
 
 import difflib
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
@@ -18,6 +15,7 @@ from cramming import CONFIG_DIR
 from cramming.cli.arguments import parse_override
 from cramming.cli.groups import commands_with, config_groups, group_options, script
 from cramming.errors import CrammingError
+from cramming.files import check_directory
 
 
 def flat_keys(tree: Any, prefix: str = "") -> list[str]:
@@ -31,28 +29,18 @@ SYNONYMS = {"learning_rate": "lr", "epsilon": "eps", "wd": "weight_decay", "opti
 
 
 def closest(word: str, candidates: list[str]) -> str:
+    """The valid key meant: a synonym's, else the key of the same name in another section (train.microbatch_size
+    is impl.microbatch_size), else the nearest spelling."""
     parent, _, last = word.rpartition(".")
     synonym = f"{parent}.{SYNONYMS[last]}" if parent and last in SYNONYMS else SYNONYMS.get(last)
-    match = [synonym] if synonym in candidates else difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    same_name = [key for key in candidates if key.rpartition(".")[2] == last]
+    match = ([synonym] if synonym in candidates else difflib.get_close_matches(word, same_name, n=1, cutoff=0)
+             or difflib.get_close_matches(word, candidates, n=1, cutoff=0.6))
     return f" — did you mean {match[0]}?" if match else ""
 
 
 def key_of(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
-
-
-def check_directory(path: str, key: str) -> None:
-    """A directory the command creates or writes into: not a file, and inside a directory it may write."""
-    target = Path(os.path.expanduser(str(path))).absolute()
-    existing = next(candidate for candidate in (target, *target.parents) if candidate.exists())
-    if not existing.is_dir():
-        raise CrammingError(f"{key}={path}: {existing} is a file, not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise CrammingError(f"{key}={path}: cannot write in {existing} (permission denied)")
-    try:  # permissions are not the whole story: a read-only mount refuses even root
-        os.rmdir(tempfile.mkdtemp(prefix=".cramming-write-check-", dir=existing))
-    except OSError as error:
-        raise CrammingError(f"{key}={path}: cannot write in {existing} ({error.strerror})") from None
 
 
 def check_group_overrides(config_name: str, overrides: list[str], reads_checkpoint: bool) -> None:
@@ -113,6 +101,8 @@ def check_overrides(config_name: str, overrides: list[str], schema: type, direct
             message = f"unknown key {unknown}{closest(unknown, keys)}"
         except MissingConfigException as error:  # --config-name of no config
             message = str(error).splitlines()[0]
+        except AssertionError:  # Hydra's, for a key under a group the config leaves null (eval.lr without eval=)
+            message = _under_a_null_group(compose(config_name, overrides=groups), overrides)
         except (ConfigCompositionException, OmegaConfBaseException) as error:
             if str(error).startswith("You must specify"):  # a group with no default: "... 'sweep', e.g, sweep=<OPTION>"
                 raise CrammingError(str(error).splitlines()[0]) from None
@@ -120,6 +110,19 @@ def check_overrides(config_name: str, overrides: list[str], schema: type, direct
             keys = flat_keys(OmegaConf.to_container(compose(config_name, overrides=groups)))
             message = _explain(cause, keys, overrides)
     raise CrammingError(message)
+
+
+def _under_a_null_group(composed, overrides: list[str]) -> str:
+    """The override that sets a key under a group left null (eval.lr=1 without eval=glue): what to add."""
+    for override in overrides:
+        parts = key_of(override).split(".")
+        for depth in range(1, len(parts)):
+            group = ".".join(parts[:depth])
+            if OmegaConf.select(composed, group, default="") is None:
+                choices = group_options(group) if (CONFIG_DIR / group).is_dir() else []
+                choose = f"choose it first, e.g. {group}={choices[0]} {override}" if choices else f"set {group} first"
+                return f"{override}: {group} is null in this config, so it has no {parts[depth]}; {choose}"
+    return "an override sets a key under a section the config leaves null"
 
 
 def _explain(cause: Exception, keys: list[str], overrides: list[str]) -> str:

@@ -17,7 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 
 from cramming.cli import hydra_command, sweep_job_dir
 from cramming.cli.resume import resumed_config
-from cramming.preflight import check_run, preflight
+from cramming.preflight import check_run, offline_if_unreachable, preflight
 from cramming.pretraining import (  # registers the config schemas
     PretrainConfig,
     pretrain,
@@ -26,7 +26,6 @@ from cramming.runs import FINAL
 from cramming.threads import set_cpu_threads
 from cramming.train.settings import device_type
 
-DIRECTORIES = ("output_dir", "cache_dir")  # what the run writes in
 log = logging.getLogger(__name__)
 
 
@@ -41,7 +40,7 @@ def checked_job(cfg, overrides: list[str], config_name: str, world_size: int | N
     return cfg
 
 
-@hydra_command("pretrain", PretrainConfig, directories=DIRECTORIES, check_job=checked_job)
+@hydra_command("pretrain", PretrainConfig, check_job=checked_job)  # its folders: checked with the rest (preflight)
 def main(cfg: PretrainConfig) -> None:
     hydra = HydraConfig.get()
     cfg = checked_job(cfg, list(hydra.overrides.task), hydra.job.config_name,
@@ -50,6 +49,7 @@ def main(cfg: PretrainConfig) -> None:
         set_cpu_threads()
     if cfg.preflight:
         sys.exit(preflight(cfg))
+    offline_if_unreachable(cfg)
     if job_dir := sweep_job_dir():  # a multirun job's run lives in the job's numbered directory
         cfg.output_dir = job_dir
     run_dir = pretrain(cfg)

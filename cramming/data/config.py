@@ -13,7 +13,7 @@ from typing import Optional
 from omegaconf import MISSING
 
 from cramming.data.vocab import MAX_VOCAB_SIZE, SPECIAL_TOKENS
-from cramming.errors import require
+from cramming.errors import problems_of, raise_problems, require
 from cramming.files import folder_name
 
 TRASH_SCALINGS = ("none", "median")  # data.filter.trash_cutoff_scaling (cramming.data.filters.trash_cutoff)
@@ -133,8 +133,11 @@ class DataBaseConfig:
     batch_mb: float = 2.0
 
     def check(self) -> None:
-        """Every value but the source's settings in its domain, before any text is read; one line naming the first
-        that is not. cramming.data.sources.check_data_config checks the source's settings first, then calls this."""
+        """Every value but the source's settings in its domain, before any text is read: every problem.
+        cramming.data.sources.check_data_config checks the source's settings, then calls this."""
+        raise_problems(problems_of(self._check_values, self.tokenizer.check, self.filter.check))
+
+    def _check_values(self) -> None:
         require([
             folder_name("data.name", self.name, "<cache_dir>/data/<data.name>-<key>"),
             (self.ordering in ORDERINGS,
@@ -149,7 +152,5 @@ class DataBaseConfig:
             (self.max_tokens is None or self.max_tokens >= self.seq_length,
              f"data.max_tokens={self.max_tokens} must be null or at least data.seq_length={self.seq_length} (one row)"),
         ])
-        self.tokenizer.check()
-        self.filter.check()
 
 

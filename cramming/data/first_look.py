@@ -144,7 +144,7 @@ def look_at_first_records(cfg: DataBaseConfig, source: Source) -> FirstLook:
     else:
         look.whole_source = look.whole_sample = True
     if look.documents_read == 0:
-        raise CrammingError("data: the source holds no documents")
+        raise CrammingError(f"data: {source.where} holds no documents (no text to train on)")
     if not sample.lines:
         raise CrammingError(_blame_filters(cfg, document_filter.counts, look))
     if cfg.tokenizer.kind == "pretrained":

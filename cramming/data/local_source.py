@@ -61,6 +61,12 @@ def resolve_files(patterns) -> list[str]:
     return files
 
 
+def listed(files: list[str], shown: int = 3) -> str:
+    """'a, b, c and 2 more': files named in a message."""
+    more = f" and {len(files) - shown} more" if len(files) > shown else ""
+    return ", ".join(files[:shown]) + more
+
+
 def special_kind(path: str) -> str:
     """What a path that is neither a regular file nor a directory is."""
     if not os.path.exists(path):
@@ -102,6 +108,10 @@ class LocalSource(Source):
     @classmethod
     def build(cls, cfg: DataBaseConfig) -> "LocalSource":
         return cls(cfg, resolve_files(cfg.files))
+
+    @property
+    def where(self) -> str:
+        return f"data.files ({listed(self.files)})"
 
     def fingerprint(self) -> dict:
         return {

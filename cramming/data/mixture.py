@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from cramming.data.config import DataBaseConfig
-from cramming.data.local_source import LocalSource
+from cramming.data.local_source import LocalSource, listed
 from cramming.data.source_base import SAMPLE_BY, Document, Source
 from cramming.errors import CrammingError, require
 from cramming.plugin_keys import Setting
@@ -105,6 +105,11 @@ class Mixture(Source):
             weights.append(float(spec.weight))
         total = sum(weights)
         return cls(cfg, components, names, [weight / total for weight in weights])
+
+    @property
+    def where(self) -> str:
+        return "data.sources (" + "; ".join(f"{name}: {listed(component.files)}" for name, component in
+                                            zip(self.names, self.components)) + ")"
 
     def fingerprint(self) -> dict:
         return {"mixture": [component.fingerprint() for component in self.components]}

@@ -42,6 +42,11 @@ class Source(ABC):
     def build(cls, cfg: DataBaseConfig) -> "Source":
         """This kind's source for `cfg` (whose settings cramming.data.sources.source_from_config has checked)."""
 
+    @property
+    def where(self) -> str:
+        """Where its documents come from, as a message names it: the settings and what they name."""
+        return f"the {self.name} corpus"
+
     @abstractmethod
     def fingerprint(self) -> dict:
         """What identifies the raw text, for the cache key: content hash, file identities, or hub coordinates."""

@@ -7,6 +7,7 @@ source's settings are its kind's to check, so the whole data config is checked f
 above the schema.
 """
 
+import functools
 from dataclasses import dataclass
 
 from hydra.core.config_store import ConfigStore
@@ -17,7 +18,7 @@ from cramming.data.hub_source import HubSource
 from cramming.data.local_source import BUILDERS, LocalSource, builder_for, resolve_files, text_size_bytes
 from cramming.data.mixture import Mixture
 from cramming.data.source_base import SAMPLE_BY, Source
-from cramming.errors import require
+from cramming.errors import problems_of, raise_problems, require
 from cramming.plugin_keys import with_settings
 
 SOURCES: tuple[type[Source], ...] = (EmbeddedSource, HubSource, LocalSource, Mixture)
@@ -38,19 +39,17 @@ __all__ = ["BUILDERS", "KINDS", "SOURCES", "DataConfig", "EmbeddedSource", "HubS
 
 
 def _check_source_settings(cfg: DataConfig) -> None:
-    """The source settings of `cfg`, checked by the kind of source it names: one line naming the first bad one."""
-    require([(cfg.source in KINDS, f"data.source={cfg.source!r} is unknown; choose one of {', '.join(sorted(KINDS))}"),
+    """The source settings of `cfg`, checked by the kind of source it names: every problem."""
+    kinds = [(cfg.source in KINDS, f"data.source={cfg.source!r} is unknown; choose one of {', '.join(sorted(KINDS))}"),
              (cfg.sample_by in SAMPLE_BY,
-              f"data.sample_by={cfg.sample_by!r} is unknown; choose one of {', '.join(SAMPLE_BY)}")])
-    for source in SOURCES:
-        source.check(cfg)
+              f"data.sample_by={cfg.sample_by!r} is unknown; choose one of {', '.join(SAMPLE_BY)}")]
+    raise_problems(problems_of(lambda: require(kinds), *[functools.partial(source.check, cfg) for source in SOURCES]))
 
 
 def check_data_config(cfg: DataConfig) -> None:
-    """Every value of `cfg` in its domain before any text is read: the source's settings (by its kind's class),
-    then the rest (`DataConfig.check`); one line naming the first that is not."""
-    _check_source_settings(cfg)
-    cfg.check()
+    """Every value of `cfg` in its domain before any text is read: the source's settings (by its kind's class) and
+    the rest (`DataConfig.check`); every problem."""
+    raise_problems(problems_of(lambda: _check_source_settings(cfg), cfg.check))
 
 
 def source_from_config(cfg: DataConfig) -> Source:

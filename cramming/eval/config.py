@@ -63,6 +63,9 @@ class GlueBaseConfig:
     baseline: Optional[str] = None  # an earlier glue_results.json: its scores become a row of the report
     save_models: bool = False  # keep each fine-tuned classifier (transformers format) under <output_dir>/models/
     predict_test: bool = False  # GLUE-server submission files from the test splits: <output_dir>/glue_submission.zip
+    # A requested task, evaluation split or (predict_test) test split without data is refused before any fine-tuning
+    # (and at a pretraining run's start); true skips it, says so, and reports it as missing
+    skip_missing: bool = False
     # Up to floor(fraction * rows) malformed rows of a task's file are skipped and reported; more are an error.
     max_malformed_fraction: float = 0.001
 

@@ -22,7 +22,7 @@ from cramming.eval.parameter_efficient import FULL_FINE_TUNING, LoraSettings, pa
 from cramming.eval.report import write_reports
 from cramming.eval.start import check_encoder_fits, glue_start
 from cramming.eval.submission import zip_submission
-from cramming.eval.tasks.base import DataMissing, Task, TaskData, take
+from cramming.eval.tasks.base import DataMissing, Task, TaskData, absent_text, take
 from cramming.eval.tasks.glue import PROTOCOL_NUMBERS, glue_average
 from cramming.eval.tasks.registry import TASK_NAMES, GlueConfig, as_glue_config, task_named
 from cramming.eval.tasks.superglue import SCORE_METRICS, superglue_score
@@ -51,7 +51,7 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path,
     if lora is not None:
         log.info("parameter-efficient protocol: %s (%s); not comparable with full fine-tuning",
                  lora.describe(), ", ".join(peft["adapted_layers"]))
-    data, task_results = load_task_data(tasks, cfg)
+    data, task_results, _ = load_task_data(tasks, cfg)
     on_start()
 
     for name, task_data in data.items():
@@ -117,22 +117,32 @@ def _spread(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "max": max(values), "stdev": deviation}
 
 
-def load_task_data(tasks: list[Task], cfg: GlueConfig) -> tuple[dict[str, TaskData], dict[str, dict]]:
-    """Every task's data up front, so a malformed file stops the run before hours of fine-tuning."""
-    data, missing, causes = {}, {}, {}
+def load_task_data(tasks: list[Task], cfg: GlueConfig) -> tuple[dict[str, TaskData], dict[str, dict], dict[str, str]]:
+    """Every task's data up front, so a malformed file stops the run before hours of fine-tuning. What was asked for
+    and has no data (a task, an evaluation split, a test split eval.predict_test reads) is refused, unless
+    eval.skip_missing=true: then it is said here and skipped. Returns the data, the missing tasks' results and
+    {what was skipped: why}."""
+    data, missing, absent = {}, {}, {}
     for task in tasks:
         try:
             data[task.name] = task.load(cfg.data_dir, cfg.max_malformed_fraction)
         except DataMissing as reason:
             missing[task.name] = {"status": "missing", "reason": str(reason)}
-            causes.setdefault(reason.cause or str(reason), []).append(task.name)  # a shared cause said once
+            absent[task.name] = reason.cause or str(reason)  # a shared cause (the hub out of reach) said once
     if not data:
         offline = "" if cfg.data_dir else "; eval.data_dir=<folder> reads the tasks' files instead (docs/glue.md)"
-        said = "; ".join(f"{', '.join(names)}: {cause}" for cause, names in causes.items())
-        raise CrammingError(f"no data for any requested task ({said}){offline}")
-    for cause, names in causes.items():
-        log.warning("%s: missing, skipped (%s)", ", ".join(names), cause)
-    return data, missing
+        raise CrammingError(f"no data for any requested task ({absent_text(absent)}){offline}")
+    absent |= {split: why for task_data in data.values() for split, why in task_data.missing_evaluations.items()}
+    if cfg.predict_test and cfg.data_dir is not None:
+        absent |= {f"the submission's {file}": f"{path} not found" for task_data in data.values()
+                   for file, path in task_data.task.test_files(cfg).items() if not path.is_file()}
+    if absent and not cfg.skip_missing:
+        them = "it" if len(absent) == 1 else "them"
+        raise CrammingError(f"no data for {absent_text(absent)} — the run would leave {them} out: add the files, or "
+                            "set eval.skip_missing=true to run the rest without them")
+    if absent:
+        log.warning("no data for %s: skipped", absent_text(absent))
+    return data, missing, absent
 
 
 def _run_task(

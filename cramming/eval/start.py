@@ -18,7 +18,7 @@ from cramming.engine.precision import Precision
 from cramming.errors import CrammingError, Problems, problems_of, raise_problems
 from cramming.eval.parameter_efficient import FULL_FINE_TUNING, LoraSettings, head_modules, lora_settings, lora_targets
 from cramming.eval.tasks.base import Task
-from cramming.eval.tasks.registry import GlueConfig, check_glue_config, requested_tasks
+from cramming.eval.tasks.registry import GlueConfig, requested_tasks
 from cramming.model import build_classifier
 from cramming.model.config import as_model_config
 from cramming.model.shapes import shapes_only
@@ -40,15 +40,14 @@ class GlueStart:
 def glue_start(cfg: GlueConfig) -> GlueStart:
     """Every problem of `cfg` that needs no encoder, in one error: its values, the tasks, LoRA's settings, the
     device on this machine, the precision on it, and the baseline file."""
-    check_glue_config(cfg)
-    problems: list[str] = []
+    problems = problems_of(cfg.check)  # its values; the tasks' names and settings are requested_tasks'
     tasks = _settle(problems, lambda: requested_tasks(cfg))
     lora = _settle(problems, lambda: lora_settings(cfg))
     device = _settle(problems, lambda: resolve_device(cfg.device, "eval.device"))
     precision = _settle(problems, lambda: Precision.resolve(cfg.precision, device or torch.device("cpu"),
                                                             "eval.precision"))
     baseline = _settle(problems, lambda: read_baseline(cfg.baseline))
-    raise_problems(problems)
+    raise_problems(list(dict.fromkeys(problems)))
     return GlueStart(tasks, lora, device, precision, baseline)
 
 

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from ..errors import CrammingError
+from ..errors import CrammingError, require
 from .crammed_bert import ModelConfig
 from .layers import has_local_layers
 
@@ -69,51 +69,60 @@ def as_model_config(cfg: Any) -> ModelConfig:
     return cfg
 
 
+MAX_LAYERS = 1000  # far deeper than any BERT-class encoder: more would take minutes to build before any check
 RECIPE_INIT_STD = 0.02  # N(0, 0.02), every architecture's default
 MAX_INIT_STD = 10 * RECIPE_INIT_STD
 
 
 def check_model_config(cfg: ModelConfig) -> None:
-    """Reject values that cannot build a model, with a one-line reason."""
-    for key in ("num_layers", "hidden_size", "num_heads", "intermediate_size", "max_position_embeddings",
-                "global_attn_every_n_layers", "local_attention"):
-        value = getattr(cfg, key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise CrammingError(f"arch.{key} must be a positive integer, got {value!r}")
-    for key, allowed in _CHOICES.items():
-        if getattr(cfg, key) not in allowed:
-            raise CrammingError(f"arch.{key} must be one of {', '.join(allowed)}, got {getattr(cfg, key)!r}")
-    if cfg.init_scheme in _NORM_SCHEME_OF and cfg.norm_scheme != _NORM_SCHEME_OF[cfg.init_scheme][0]:
-        norm_scheme, why = _NORM_SCHEME_OF[cfg.init_scheme]
-        raise CrammingError(f"arch.init_scheme={cfg.init_scheme} {why}: set arch.norm_scheme={norm_scheme}")
-    if not cfg.first_layer_attention_norm and cfg.norm_scheme != "pre":
-        raise CrammingError("arch.first_layer_attention_norm=false is for pre-LN layers (the first then reads "
-                            "the normed embeddings): set arch.norm_scheme=pre")
-    if cfg.hidden_size % cfg.num_heads:
-        raise CrammingError(
-            f"arch.hidden_size ({cfg.hidden_size}) must be divisible by arch.num_heads ({cfg.num_heads})"
-        )
-    if cfg.ffn == "glu" and cfg.intermediate_size % 2:
-        raise CrammingError(f"arch.intermediate_size ({cfg.intermediate_size}) must be even with ffn=glu")
-    if cfg.positions == "scaled-sinusoidal" and cfg.hidden_size % 2:
-        raise CrammingError(f"arch.hidden_size ({cfg.hidden_size}) must be even with sinusoidal positions")
-    if cfg.positions == "rope" and (cfg.hidden_size // cfg.num_heads) % 2:
-        raise CrammingError(f"arch.positions=rope rotates pairs of a head's dimensions: the head size "
-                            f"({cfg.hidden_size // cfg.num_heads}) must be even")
-    if cfg.local_attention % 2:
-        raise CrammingError(f"arch.local_attention ({cfg.local_attention}) must be even: half of the window "
-                            "lies on each side of the query")
-    for key in ("global_rope_theta", "local_rope_theta"):
-        if not (math.isfinite(getattr(cfg, key)) and getattr(cfg, key) > 1.0):
-            raise CrammingError(f"arch.{key} must be a finite number greater than 1, got {getattr(cfg, key)}")
-    for key, (acts, setting) in _ACTS_ONLY_WITH.items():
-        if getattr(cfg, key) != _DEFAULTS[key] and not acts(cfg):
-            raise CrammingError(f"arch.{key}={getattr(cfg, key)} has no effect without {setting}")
-    if not 0.0 <= cfg.dropout < 1.0:
-        raise CrammingError(f"arch.dropout must be in [0, 1), got {cfg.dropout}")
-    if not 0.0 < cfg.init_std <= MAX_INIT_STD:
-        far = (f" ({cfg.init_std / RECIPE_INIT_STD:g}x the recipe's {RECIPE_INIT_STD}: the first logits are so large "
-               f"that the loss starts near the tens and stays there)" if cfg.init_std > MAX_INIT_STD else "")
-        raise CrammingError(f"arch.init_std must be positive and at most {MAX_INIT_STD}, got {cfg.init_std}{far}")
-    if not cfg.norm_eps > 0.0:
-        raise CrammingError(f"arch.norm_eps must be positive, got {cfg.norm_eps}")
+    """Reject values that cannot build a model: every problem, one line each (the rules that combine keys once the
+    sizes and choices they read are in their domains)."""
+    integers = ("num_layers", "hidden_size", "num_heads", "intermediate_size", "max_position_embeddings",
+                "global_attn_every_n_layers", "local_attention")
+    domains = [
+        *[(isinstance(getattr(cfg, key), int) and not isinstance(getattr(cfg, key), bool) and getattr(cfg, key) >= 1,
+           f"arch.{key} must be a positive integer, got {getattr(cfg, key)!r}") for key in integers],
+        *[(getattr(cfg, key) in allowed, f"arch.{key} must be one of {', '.join(allowed)}, got {getattr(cfg, key)!r}")
+          for key, allowed in _CHOICES.items()],
+    ]
+    far = (f" ({cfg.init_std / RECIPE_INIT_STD:g}x the recipe's {RECIPE_INIT_STD}: the first logits are so large "
+           "that the loss starts near the tens and stays there)" if cfg.init_std > MAX_INIT_STD else "")
+    values = [
+        *[(math.isfinite(getattr(cfg, key)) and getattr(cfg, key) > 1.0,
+           f"arch.{key} must be a finite number greater than 1, got {getattr(cfg, key)}")
+          for key in ("global_rope_theta", "local_rope_theta")],
+        (0.0 <= cfg.dropout < 1.0, f"arch.dropout must be in [0, 1), got {cfg.dropout}"),
+        (0.0 < cfg.init_std <= MAX_INIT_STD,
+         f"arch.init_std must be positive and at most {MAX_INIT_STD}, got {cfg.init_std}{far}"),
+        (cfg.norm_eps > 0.0, f"arch.norm_eps must be positive, got {cfg.norm_eps}"),
+        (not isinstance(cfg.num_layers, int) or cfg.num_layers <= MAX_LAYERS,
+         f"arch.num_layers must be at most {MAX_LAYERS}, got {cfg.num_layers}"),
+    ]
+    require([*domains, *values, *(_combined_rules(cfg) if all(ok for ok, _ in domains) else [])])
+
+
+def _combined_rules(cfg: ModelConfig) -> list[tuple[bool, str]]:
+    """The rules between keys, as `require` takes them."""
+    norm_scheme, why = _NORM_SCHEME_OF.get(cfg.init_scheme, (cfg.norm_scheme, ""))
+    head_size = cfg.hidden_size // cfg.num_heads
+    return [
+        (cfg.norm_scheme == norm_scheme,
+         f"arch.init_scheme={cfg.init_scheme} {why}: set arch.norm_scheme={norm_scheme}"),
+        (cfg.first_layer_attention_norm or cfg.norm_scheme == "pre",
+         "arch.first_layer_attention_norm=false is for pre-LN layers (the first then reads the normed embeddings): "
+         "set arch.norm_scheme=pre"),
+        (cfg.hidden_size % cfg.num_heads == 0,
+         f"arch.hidden_size ({cfg.hidden_size}) must be divisible by arch.num_heads ({cfg.num_heads})"),
+        (cfg.ffn != "glu" or cfg.intermediate_size % 2 == 0,
+         f"arch.intermediate_size ({cfg.intermediate_size}) must be even with ffn=glu"),
+        (cfg.positions != "scaled-sinusoidal" or cfg.hidden_size % 2 == 0,
+         f"arch.hidden_size ({cfg.hidden_size}) must be even with sinusoidal positions"),
+        (cfg.positions != "rope" or head_size % 2 == 0,
+         f"arch.positions=rope rotates pairs of a head's dimensions: the head size ({head_size}) must be even"),
+        (cfg.local_attention % 2 == 0,
+         f"arch.local_attention ({cfg.local_attention}) must be even: half of the window lies on each side of the "
+         "query"),
+        *[(getattr(cfg, key) == _DEFAULTS[key] or acts(cfg),
+           f"arch.{key}={getattr(cfg, key)} has no effect without {setting}")
+          for key, (acts, setting) in _ACTS_ONLY_WITH.items()],
+    ]

@@ -4,6 +4,7 @@ and the end-of-run GLUE, is cramming.pretraining's. The keys a training techniqu
 declared in its own file (`settings`: cramming.train.techniques, cramming.train.optimizers) and added here to the
 section they live in, so a new plug-in brings its keys, and its rules, without a line in this file."""
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Optional
@@ -12,7 +13,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from cramming.engine.schedules import CLIP_SCHEDULES, check_lr_schedule
-from cramming.errors import require
+from cramming.errors import problems_of, raise_problems, require
 from cramming.plugin_keys import with_settings
 from cramming.train.optimizers import NAMES, OPTIMIZERS
 from cramming.train.techniques import TECHNIQUES
@@ -46,19 +47,26 @@ class OptimConfig:
     clip_schedule: str = "constant"  # constant: grad_clip throughout | lr: grad_clip x the lr's multiplier at f
 
     def check(self) -> None:
-        """The keys the optimizer reads set and the others null, then each value in its domain."""
-        require([(self.name in NAMES,
-                  f"train.optim.name={self.name!r} is unknown; choose one of {', '.join(NAMES)}")])
-        for optimizer in OPTIMIZERS:  # each optimizer's own rules
-            optimizer.check(self)
+        """The optimizer known, the keys it reads set and the others null, and each value in its domain: every
+        problem."""
+        raise_problems(problems_of(
+            lambda: require([(self.name in NAMES,
+                              f"train.optim.name={self.name!r} is unknown; choose one of {', '.join(NAMES)}")]),
+            *[functools.partial(optimizer.check, self) for optimizer in OPTIMIZERS],  # each optimizer's own rules
+            self._check_values))
+
+    def _check_values(self) -> None:
+        """The values set (a key left null is the optimizer's rule above)."""
         require([
-            (math.isfinite(self.lr) and self.lr > 0, f"train.optim.lr={self.lr} must be positive and finite"),
+            (self.lr is None or (math.isfinite(self.lr) and self.lr > 0),
+             f"train.optim.lr={self.lr} must be positive and finite"),
             (self.betas is None or (len(self.betas) == 2 and all(0 <= beta < 1 for beta in self.betas)),
              f"train.optim.betas={list(self.betas or [])} must be two numbers in [0, 1)"),
             (self.eps is None or self.eps > 0, f"train.optim.eps={self.eps} must be positive"),
             (self.momentum is None or 0 <= self.momentum < 1,
              f"train.optim.momentum={self.momentum} must be in [0, 1)"),
-            (self.weight_decay >= 0, f"train.optim.weight_decay={self.weight_decay} must not be negative"),
+            (self.weight_decay is None or self.weight_decay >= 0,
+             f"train.optim.weight_decay={self.weight_decay} must not be negative"),
             (self.grad_clip is None or self.grad_clip > 0,
              f"train.optim.grad_clip={self.grad_clip} must be positive (or null: no clipping)"),
             (self.clip_schedule in CLIP_SCHEDULES,
@@ -98,6 +106,9 @@ class ValidationConfig:
              f"train.validation.bits_rows={self.bits_rows} must be at least 1"),
             (all(0 < f < 1 for f in fractions),
              f"train.validation.fractions={fractions} must each be in (0, 1) (the end is always validated)"),
+            (all(a < b for a, b in zip(fractions, fractions[1:])),
+             f"train.validation.fractions={fractions} must be increasing, each once: a validation is at one point "
+             f"of training (e.g. {sorted(set(fractions))})"),
             ((fraction is None) == (loss is None),
              "train.validation.early_stop_fraction and train.validation.early_stop_loss go together: set both or "
              "neither"),
@@ -138,14 +149,16 @@ class TrainConfig:
     validation: ValidationConfig = field(default_factory=ValidationConfig)
 
     def check(self) -> None:
-        """Its own values and its parts' (the optimizer, validation); the techniques' are theirs."""
+        """Its own values and its parts' (the optimizer, validation, the schedule): every problem; the techniques'
+        are theirs."""
+        raise_problems(problems_of(self._check_values, self.optim.check, self.validation.check,
+                                   lambda: check_lr_schedule(self.lr_schedule)))
+
+    def _check_values(self) -> None:
         require([
             (self.progress in ("budget", "steps"), f"train.progress={self.progress!r} must be budget or steps"),
             (self.progress != "steps" or self.max_steps, "train.progress=steps needs train.max_steps"),
             (self.max_steps is None or self.max_steps >= 1, f"train.max_steps={self.max_steps} must be positive"),
-        ])
-        self.optim.check()
-        require([
             (0 <= self.warmup_fraction < 1, f"train.warmup_fraction={self.warmup_fraction} must be in [0, 1)"),
             (self.batch_size >= 1, f"train.batch_size={self.batch_size} must be at least 1"),
             (self.min_steps is None or self.min_steps >= 1,
@@ -158,8 +171,6 @@ class TrainConfig:
             (self.check_nonfinite_every >= 1,
              f"train.check_nonfinite_every={self.check_nonfinite_every} must be at least 1"),
         ])
-        self.validation.check()
-        check_lr_schedule(self.lr_schedule)
 
 
 TrainConfig = with_plugin_keys(TrainConfig, "train")
@@ -238,11 +249,16 @@ class WandbConfig:
     mode: str = "disabled"
     project: str = "cramming"
     entity: Optional[str] = None  # null: the account's default entity
+    # wandb=online when W&B's server does not answer at the start (a 3-second probe, before any data is prepared):
+    # offline logs to <run>/wandb/ and says so (`wandb sync` later) | error refuses the run
+    if_unreachable: str = "offline"
 
     def check(self) -> None:
         """Rejected before any work is done, not after data preparation."""
         forbidden = sorted(set(self.project) & set(WANDB_FORBIDDEN))
         require([(self.mode in WANDB_MODES, f"wandb.mode={self.mode!r} must be one of {', '.join(WANDB_MODES)}"),
+                 (self.if_unreachable in ("offline", "error"),
+                  f"wandb.if_unreachable={self.if_unreachable!r} must be offline or error"),
                  (0 < len(self.project) <= 128 and not forbidden,
                   f"wandb.project={self.project!r} is not a W&B project name: 1 to 128 characters, none of "
                   f"{' '.join(WANDB_FORBIDDEN)}{f' (it has {forbidden[0]})' if forbidden else ''}")])

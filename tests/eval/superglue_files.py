@@ -123,7 +123,7 @@ def race_file(rng, name: str, questions: int) -> dict:
 def write_superglue(root: Path, seed: int = 0) -> Path:
     """<root>/{BoolQ,CB,COPA,MultiRC,ReCoRD,RTE,WiC,WSC}/{train,val,test}.jsonl (test: val without labels, so
     its predictions can be checked against the validation scores), AX-b/AX-b.jsonl, AX-g/AX-g.jsonl, and GLUE's
-    RTE/{train,dev}.tsv (SuperGLUE's RTE is GLUE's rte)."""
+    RTE/{train,dev,test}.tsv (SuperGLUE's RTE is GLUE's rte)."""
     rng = random.Random(seed)
     makers = {"BoolQ": (boolq, 12, 8), "CB": (cb, 12, 9), "COPA": (copa, 12, 8), "MultiRC": (multirc, 4, 3),
               "ReCoRD": (record, 4, 3), "RTE": (rte, 12, 6), "WiC": (wic, 12, 8), "WSC": (wsc, 12, 8)}
@@ -135,6 +135,8 @@ def write_superglue(root: Path, seed: int = 0) -> Path:
     for split, records in (("train", rte(rng, 12)), ("dev", rte(rng, 6))):  # GLUE's RTE, beside SuperGLUE's
         rows = [f"{r['idx']}\t{r['premise']}\t{r['hypothesis']}\t{r['label']}" for r in records]
         (root / "RTE" / f"{split}.tsv").write_text("\n".join(["index\tsentence1\tsentence2\tlabel", *rows]) + "\n")
+    test = ["index\tsentence1\tsentence2", *(row.rpartition("\t")[0] for row in rows)]  # the dev rows, unlabelled
+    (root / "RTE" / "test.tsv").write_text("\n".join(test) + "\n")
     write_jsonl(root / "AX-b" / "AX-b.jsonl", axb(rng, 8))
     write_jsonl(root / "AX-g" / "AX-g.jsonl", axg(rng, 4))
     return root

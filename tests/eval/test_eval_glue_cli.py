@@ -57,6 +57,8 @@ def test_eval_glue_runs_one_task_on_a_tiny_checkpoint(rte_checkpoint, tmp_path):
         (["ckpt=does/not/exist"], "error: ckpt=does/not/exist: no such directory", True),
         (["eval.tasks=[rte,cola2]"], "error: unknown GLUE task 'cola2'; known tasks: cola, sst2, mrpc,", False),
         (["eval.compile=maybe"], "error: eval.compile=maybe: Value 'maybe' is not a valid bool", False),
+        (["eval.tasks=[rte,swag]", f"eval.data_dir={GLUE_DIR}"],  # before any fine-tuning, not a skipped task
+         f"error: no data for swag: {GLUE_DIR}/SWAG/train.csv not found — the run would leave it out", True),
     ],
 )
 def test_bad_input_ends_in_one_line(rte_checkpoint, tmp_path, overrides, message, real):

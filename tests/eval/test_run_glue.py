@@ -1,5 +1,6 @@
 """The GLUE stage in-process on synthetic tasks in the classic TSV layout, and its bad-input errors."""
 
+import dataclasses
 import random
 import shutil
 import statistics
@@ -10,8 +11,8 @@ import pytest
 import torch
 
 from cramming.errors import CrammingError
-from cramming.eval.run import run_glue
-from cramming.eval.tasks.registry import GlueConfig
+from cramming.eval.run import load_task_data, run_glue
+from cramming.eval.tasks.registry import GlueConfig, requested_tasks
 
 from .conftest import make_checkpoint
 
@@ -67,7 +68,7 @@ def _cfg(data_dir: Path, **overrides) -> GlueConfig:
 def test_fine_tuning_beats_the_majority_class_and_writes_both_reports(synthetic, tmp_path):
     data_dir, checkpoint = synthetic
     # A never-pretrained tiny encoder needs a larger learning rate than the protocol's to learn in 90 steps.
-    cfg = _cfg(data_dir, tasks=["sst2", "stsb", "qqp"], epochs=3, lr=3e-3)
+    cfg = _cfg(data_dir, tasks=["sst2", "stsb", "qqp"], epochs=3, lr=3e-3, skip_missing=True)
     results = run_glue(cfg, checkpoint, tmp_path)
 
     dev_rows = (data_dir / "SST-2" / "dev.tsv").read_text().splitlines()[1:]
@@ -187,7 +188,7 @@ def test_test_predictions_become_a_submission_zip(synthetic, tmp_path):
     dev = [row.split("\t") for row in (glue / "SST-2" / "dev.tsv").read_text().splitlines()[1:]]
     (glue / "SST-2" / "test.tsv").write_text("index\tsentence\n"
                                              + "".join(f"{i}\t{text}\n" for i, (text, _) in enumerate(dev)))
-    cfg = _cfg(glue, tasks=["sst2", "stsb"], max_train_examples=32, predict_test=True)
+    cfg = _cfg(glue, tasks=["sst2", "stsb"], max_train_examples=32, predict_test=True, skip_missing=True)
     results = run_glue(cfg, checkpoint, tmp_path / "out")
     assert results["tasks"]["stsb"]["test_predictions"]["stsb"].startswith("missing: ")
     with zipfile.ZipFile(results["submission"]) as zipped:
@@ -198,6 +199,22 @@ def test_test_predictions_become_a_submission_zip(synthetic, tmp_path):
     assert [index for index, _ in predicted] == [str(i) for i in range(len(dev))]
     accuracy = 100 * sum(label == gold for (_, label), (_, gold) in zip(predicted, dev)) / len(dev)
     assert accuracy == pytest.approx(results["scores"]["sst2"]["accuracy"])
+
+
+def test_what_has_no_data_is_refused_before_fine_tuning_unless_eval_skip_missing_allows_it(synthetic):
+    """A requested task, an evaluation split and a test split the submission reads, each without its file."""
+    data_dir, _ = synthetic
+    cfg = _cfg(data_dir, tasks=["sst2", "qqp"], predict_test=True)
+    with pytest.raises(CrammingError) as refused:
+        load_task_data(requested_tasks(cfg), cfg)
+    assert str(refused.value) == (f"no data for qqp: {data_dir}/QQP/train.tsv not found; the submission's SST-2.tsv: "
+                                  f"{data_dir}/SST-2/test.tsv not found — the run would leave them out: add the files, "
+                                  "or set eval.skip_missing=true to run the rest without them")
+    allowed = dataclasses.replace(cfg, skip_missing=True)
+    data, missing, skipped = load_task_data(requested_tasks(allowed), allowed)
+    assert list(data) == ["sst2"] and list(missing) == ["qqp"]
+    assert skipped == {"qqp": f"{data_dir}/QQP/train.tsv not found",
+                       "the submission's SST-2.tsv": f"{data_dir}/SST-2/test.tsv not found"}
 
 
 def test_server_label_strings():

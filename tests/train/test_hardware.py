@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 import torch
 
@@ -95,6 +97,10 @@ def test_budget_scaling_by_peak():
         budget_seconds(24, "peak", profiles["2080ti"], profiles["cpu"])
     with pytest.raises(CrammingError, match="budget_scaling='double'"):
         budget_seconds(24, "double", profiles["2080ti"], profiles["h100"])
+    slow = dataclasses.replace(profiles["h100"], name="slow", peak_tflops=1e-3)  # a profile's peak set by hand
+    with pytest.raises(CrammingError, match=r"budget=1e\+06 with budget_scaling=peak gives 9.89e\+11 hours of "
+                                            r"training on slow: a run is planned for more than 0 and at most 1e\+06"):
+        budget_seconds(1e6, "peak", profiles["h100"], slow)
 
 
 def test_mfu():

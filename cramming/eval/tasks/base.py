@@ -60,6 +60,14 @@ class DataMissing(Exception):
         self.cause = cause
 
 
+def absent_text(absent: dict[str, str]) -> str:
+    """{what: why} as 'a, b: why; c: why', a reason several share said once."""
+    by_why: dict[str, list[str]] = {}
+    for what, why in absent.items():
+        by_why.setdefault(why, []).append(what)
+    return "; ".join(f"{', '.join(whats)}: {why}" for why, whats in by_why.items())
+
+
 class Task(ABC):
     """A downstream task. Subclasses set `name` (as in eval.tasks), `eval_splits`, `metric` (the main metric of
     every evaluation split: the one in the tables, the others are logged beside it) and `in_glue` (GLUE's own
@@ -118,6 +126,11 @@ class Task(ABC):
     def saved_model(self, folder: Path) -> Optional[nn.Module]:
         """The model `save` wrote to `folder` (or its int8 copy), loaded by transformers; None when the folder
         holds another kind of model or head."""
+
+    def test_files(self, cfg: "GlueBaseConfig") -> dict[str, Path]:
+        """{submission file: the test file under cfg.data_dir it is predicted from}: what eval.predict_test reads,
+        checked before any fine-tuning; none for a task no server scores."""
+        return {}
 
     def write_submission(self, model: nn.Module, tokenizer: "PreTrainedTokenizerBase", cfg: "GlueBaseConfig",
                          device, precision, folder: Path) -> Optional[dict]:

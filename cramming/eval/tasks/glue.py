@@ -90,6 +90,12 @@ class GlueTask(TextClassification):
             return [f"{score:.3f}" for score in outputs[:, 0].clamp(*self.score_range).tolist()]
         return [self.labels[label] for label in outputs.argmax(dim=-1).tolist()]
 
+    def test_files(self, cfg) -> dict[str, Path]:
+        folder = Path(cfg.data_dir) / self.folder
+        own = {f"{split.submission}.tsv": folder / split.test_file for split in self.eval_splits}
+        also = self.also_submits is not None and self.also_submits.wanted_by(cfg)
+        return own | (self.also_submits().test_files(cfg) if also else {})
+
     def write_submission(self, model, tokenizer, cfg, device, precision, folder: Path) -> dict:
         written = write_test_predictions(self, model, tokenizer, cfg, device, precision, folder)
         if self.also_submits is not None and self.also_submits.wanted_by(cfg):

@@ -4,6 +4,7 @@ eval config against them (every task's `check`). A new task is its own file plus
 """
 
 import difflib
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from cramming.errors import CrammingError, problems_of, raise_problems
+from cramming.errors import CrammingError, problems_of, raise_problems, require
 from cramming.eval.config import GlueBaseConfig
 from cramming.eval.tasks.base import Task
 from cramming.eval.tasks.copa import Copa
@@ -68,15 +69,13 @@ def task_named(name: str) -> type[Task]:
 
 def requested_tasks(cfg: GlueConfig) -> list[Task]:
     """The tasks of cfg.tasks, in its order, each built from cfg after every task's rules held (a task's settings
-    are checked, and refused when set for a task cfg.tasks does not name)."""
-    if not cfg.tasks:
-        raise CrammingError("eval.tasks is empty")
-    if len(set(cfg.tasks)) != len(cfg.tasks):
-        raise CrammingError(f"eval.tasks lists a task twice: {cfg.tasks}")
-    tasks = [task_named(name) for name in cfg.tasks]
-    for task in TASKS:
-        task.check(cfg)
-    return [task.build(cfg) for task in tasks]
+    are checked, and refused when set for a task cfg.tasks does not name): every problem."""
+    raise_problems(problems_of(
+        lambda: require([(bool(cfg.tasks), "eval.tasks is empty"),
+                         (len(set(cfg.tasks)) == len(cfg.tasks), f"eval.tasks lists a task twice: {cfg.tasks}")]),
+        *[functools.partial(task_named, name) for name in cfg.tasks],
+        *[functools.partial(task.check, cfg) for task in TASKS]))
+    return [task_named(name).build(cfg) for name in cfg.tasks]
 
 
 def check_glue_config(cfg: GlueConfig) -> None:

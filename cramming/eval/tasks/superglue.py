@@ -142,6 +142,9 @@ class SuperGlueTask(Task):
             raise DataMissing(f"{path} not found")
         return self.read_file(path, 0.0, training=False, labelled=False)
 
+    def test_files(self, cfg) -> dict[str, Path]:
+        return {f"{self.submission}.jsonl": Path(cfg.data_dir) / self.test_file}
+
     @staticmethod
     def wanted_by(cfg) -> bool:
         """Whether a run of `cfg` has SuperGLUE tasks of its own (not only GLUE's RTE)."""

@@ -15,7 +15,7 @@ import torch
 
 from cramming.data.store import PreparedDataset
 from cramming.data.stream import Microbatches, microbatch_stream
-from cramming.errors import CrammingError, problems_of, raise_problems
+from cramming.errors import problems_of, raise_problems
 from cramming.train.optimizers import NAMES
 from cramming.train.techniques.activation_checkpointing import ActivationCheckpointing
 from cramming.train.techniques.base import RunContext, Technique
@@ -59,14 +59,11 @@ __all__ = ["TECHNIQUES", "RunContext", "Technique", "build_techniques", "check_o
 
 
 def check_techniques(cfg) -> None:
-    """Each technique's values, then no two enabled ones that conflict: one line naming the first problem."""
-    for technique in TECHNIQUES:
-        technique.check(cfg)
+    """Each technique's values, and no two enabled ones that conflict: every problem."""
     enabled = {technique.name: technique for technique in TECHNIQUES if technique.enabled(cfg)}
-    for technique in enabled.values():
-        for other, why in technique.conflicts.items():
-            if other in enabled:
-                raise CrammingError(f"{technique.name} and {other} {why}")
+    raise_problems(problems_of(*[functools.partial(technique.check, cfg) for technique in TECHNIQUES]) +
+                   [f"{technique.name} and {other} {why}" for technique in enabled.values()
+                    for other, why in technique.conflicts.items() if other in enabled])
 
 
 def fill_arch_needs(cfg) -> None:

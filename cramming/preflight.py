@@ -247,18 +247,19 @@ def disk_needs(cfg) -> list[DiskNeed]:
 
 def _dataset_need(cfg) -> DiskNeed:
     """An estimate from the source's text size: 2 bytes a token at about 4 characters a token (a hub corpus:
-    unknown until it is read, beside its download in the hub's cache)."""
+    unknown until it is read, beside its download in the hub's cache). With a pretrained tokenizer the cache's
+    folder is known only once the tokenizer is read: the estimate stands whether or not the cache holds it."""
     data = OmegaConf.to_object(cfg.data) if OmegaConf.is_config(cfg.data) else cfg.data
     where = Path(os.path.expanduser(str(cfg.cache_dir)))
     source = source_from_config(data)
-    final_dir = dataset_folder(data, str(where), source)
-    if final_dir is None:
+    if source.name == "hub":
         return DiskNeed("the prepared dataset (a hub corpus: size unknown until read)", where, None)
-    cached = store.cached_dataset(final_dir)
+    final_dir = dataset_folder(data, str(where), source)
+    cached = store.cached_dataset(final_dir) if final_dir is not None else None
     if cached is not None:
         return DiskNeed("the prepared dataset (cached)", where, 0, cached.meta["tokens_packed"])
     damaged = (f"its cached copy in {final_dir} is damaged and will be rebuilt: "
-               if (final_dir / store.META_FILE).exists() else "")
+               if final_dir is not None and (final_dir / store.META_FILE).exists() else "")
     text = source.total_bytes()
     if text is None:
         return DiskNeed(f"the prepared dataset ({damaged}size unknown until read)", where, None)
@@ -370,8 +371,8 @@ def preflight(cfg) -> int:
             print(f"  {number}. {problem}")
         return 2
     passes = data_passes(_expected(cfg, trial, seconds)[0], needs) if trial and seconds else None
-    notes = [f"the data repeats: about {passes:,.0f} passes over it, and past {MANY_EPOCHS} more passes are worth "
-             "little; give more data or a shorter budget"] * (passes is not None and passes > MANY_EPOCHS)
+    notes = ([f"the data repeats: about {passes:,.0f} passes over it, and past {MANY_EPOCHS} more passes are worth "
+              "little; give more data or a shorter budget"] if passes is not None and passes > MANY_EPOCHS else [])
     notes += [f"not checked before the run: {what}" for what in unchecked]
     notes += [f"eval.skip_missing=true: no data for {absent_text(skipped)}; the end of the run would skip it"
               ] * bool(skipped)

@@ -15,6 +15,7 @@ from cramming.data.pretrained_tokenizer import pretrained_tokenizer
 from cramming.data.sources import embedded_documents
 from cramming.data.vocab import SPECIAL_TOKENS
 from cramming.errors import CrammingError
+from tests.commands import in_process
 from tests.conftest import REPO_ROOT
 from tests.train.runs import NO_PROBE
 
@@ -105,3 +106,15 @@ def test_our_own_export_is_a_tokenizer_without_transformers_remote_code_prompt(t
     assert run.returncode == 0, run.stderr[-3000:]
     assert "custom code" not in run.stdout + run.stderr
     assert f"tokenizer {tmp_path / 'exported'}: vocabulary {len(tokenizer)}" in run.stdout + run.stderr
+
+
+def test_the_preflight_of_a_run_with_a_pretrained_tokenizer_plans_without_the_datas_size(tmp_path):
+    """The cache's folder is not known before a pretrained tokenizer is read: the plan estimates the dataset from
+    its text (not as a hub corpus of unknown size), and the passes over it from that estimate."""
+    folder = bert_style_folder(tmp_path / "bert-style")
+    run = in_process("pretrain", "--config-name", "quickstart", "preflight=true", "data.tokenizer.kind=pretrained",
+                     f"data.tokenizer.name={folder}", f"output_dir={tmp_path / 'out'}", f"cache_dir={tmp_path / 'c'}")
+    assert run.returncode == 0 and "Traceback" not in run.stdout + run.stderr, run.stdout + run.stderr
+    assert "  disk: the prepared dataset (about 116 K tokens from 465 KB of text)" in run.stdout
+    assert "passes over the dataset" in run.stdout
+    assert any(line.startswith("preflight: the run would start") for line in run.stdout.splitlines())

@@ -395,6 +395,13 @@ class Trial:
     seconds_first: float  # compilation included where the run compiles
     seconds_after: float  # the median of the microbatches after it
     device: str
+    # what the budget clock charges a microbatch: CRAMMING_SIMULATED_MICROBATCH_SECONDS where set (the run is then
+    # planned exactly as it will step), else the trial's own seconds_after
+    clock_seconds: float | None = None
+
+    @property
+    def charged(self) -> float:
+        return self.seconds_after if self.clock_seconds is None else self.clock_seconds
 
 
 TRIAL_MICROBATCHES = 3
@@ -432,7 +439,8 @@ def trial_microbatch(cfg, settings) -> Trial:
                             f"{settings.device}{' compiled' if settings.compile else ''}: {type(error).__name__}: "
                             f"{str(error).splitlines()[0] if str(error) else ''}") from None
     after = sorted(seconds[1:])[len(seconds[1:]) // 2]
-    return Trial(settings.microbatch_size, source, seconds[0], after, str(settings.device))
+    return Trial(settings.microbatch_size, source, seconds[0], after, str(settings.device),
+                 simulated_microbatch_seconds())
 
 
 def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed], skipped: dict[str, str],
@@ -454,10 +462,14 @@ def plan(cfg, trial: Trial | None, seconds: float | None, needs: list[DiskNeed],
                      f"forward and backward in {trial.seconds_first:.2f} s the first time, then "
                      f"{trial.seconds_after:.3f} s ({sequences_per_s * data.seq_length:,.0f} tokens/s before the "
                      "optimizer)")
+        if trial.clock_seconds is not None:
+            lines.append(f"  clock: simulated, {trial.clock_seconds:g} s a microbatch "
+                         "(CRAMMING_SIMULATED_MICROBATCH_SECONDS): the plan below is the run's, step for step")
         if seconds is not None:
             tokens, steps = _expected(cfg, trial, seconds)
-            lines.append(f"  expected: about {size_text(tokens, '')} tokens in about {steps:,} optimizer steps at that "
-                         "speed (the optimizer, data and logging make it somewhat less)")
+            pace = "on the simulated clock" if trial.clock_seconds is not None else (
+                "at that speed (the optimizer, data and logging make it somewhat less)")
+            lines.append(f"  expected: about {size_text(tokens, '')} tokens in about {steps:,} optimizer steps {pace}")
             lines.append(schedule_line(cfg, trial, seconds))
             passes = data_passes(tokens, needs)
             if passes is not None:
@@ -511,7 +523,7 @@ def _simulated(cfg, trial: Trial, seconds: float) -> tuple[float, int, list[tupl
     each step, or at each stride of a run past SIMULATED_STEPS steps), the schedules driven as the loop drives them
     (cramming.train.loop.Schedule)."""
     schedule = Schedule(OmegaConf.to_object(cfg.train), trial.microbatch_size)  # a dataclass: read fast
-    microbatches = seconds / trial.seconds_after
+    microbatches = seconds / trial.charged
     per_microbatch = trial.microbatch_size * cfg.data.seq_length
     if cfg.train.progress == "steps":
         steps = cfg.train.max_steps

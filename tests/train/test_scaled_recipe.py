@@ -3,6 +3,7 @@ small batches; a day's budget is the crammed recipe exactly; the plan is driven 
 a checkpoint holds, so a resumed run plans as the uninterrupted one."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -125,3 +126,28 @@ def test_preflight_shows_the_batch_and_the_learning_rate_over_the_run(shared_cac
     (line,) = [line for line in run.stdout.splitlines() if line.startswith("  schedule (sequences per step, lr)")]
     assert line.count("%: ") == 5 and "at 0%: 32, 2.50e-04," in line  # a microbatch, at a quarter of the peak
     assert "train.min_steps=400 caps the final batch at the expected sequences / 400" in line
+
+
+@pytest.mark.parametrize("recipe", [[], ["train=cramming", "train.batch_size=256"],
+                                    ["train.lr_batch_exponent=0.25", "train.optim.clip_schedule=lr"]],
+                         ids=["default", "original", "scaled-lr"])
+def test_the_preflights_plan_is_what_the_run_does_step_for_step(shared_cache, tmp_path, simulated_clock, recipe):
+    """On the simulated clock the plan's batch and lr at 0, 25, 50, 75 and 95% of the run are those of the step a
+    real run begins at or after each point (its records, one a step)."""
+    common = ["--config-name", "quickstart", *TINY_RUN[:3], "train.validation.zero_shot=false", "budget=0.002",
+              "logging.every_steps=1", "logging.plots=false", *recipe, f"output_dir={tmp_path}"]
+    planned = in_process("pretrain", *common, "preflight=true")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    line = next(line for line in planned.stdout.splitlines() if line.startswith("  schedule (sequences per step, lr)"))
+    plan = [(int(batch.replace(",", "")), float(lr)) for batch, lr in
+            re.findall(r"\d+%: ([\d,]+), ([\d.e+-]+)", line)]
+    run = in_process("pretrain", *common)
+    assert run.returncode == 0, run.stderr
+    (run_dir,) = (tmp_path / "quickstart").iterdir()
+    steps = records(run_dir)
+    budget = 0.002 * 3600
+    starts = [0.0] + [record["elapsed"] / budget for record in steps[:-1]]  # each step's fraction as it began
+    done = [(record.get("planned_batch_size", record["batch_size"]), record["lr"]) for record in steps]
+    for (batch, lr), point in zip(plan, (0.0, 0.25, 0.5, 0.75, 0.95)):
+        step = next((index for index, start in enumerate(starts) if start >= point - 1e-9), len(steps) - 1)
+        assert (batch, lr) == pytest.approx(done[step], rel=5e-3), (point, line, done)

@@ -84,9 +84,14 @@ def why_recommended(candidates: list[dict]) -> str:
     if best in near:
         return said
     other = near[0] if near else min(candidates, key=lambda c: abs(math.log(size(c))))  # ranked: near[0] is best
+    if other is best:  # no candidate near its optimum, and the recommended is the closest: the grid's edge binds
+        other_way = "smaller" if size(best) > 1 else "larger"
+        return (f"{said} No candidate is within {NEAR_OPTIMAL[0]:g}x to {NEAR_OPTIMAL[1]:g}x of its compute-optimal "
+                f"size: this is the closest, at the grid's edge; a {other_way} shape than the grid holds "
+                "(candidates.depths, candidates.widths) may rank better.")
     return (f"{said} The {metric} counts both size and compute: the best shape near its own compute-optimal size, "
             f"{other['layers']} x {other['hidden']} ({size(other):.2g}x), gets "
-            f"{best['flops'] / other['flops']:.2g}x fewer FLOPs in these hours ({other['flops']:.3g}: this GPU's "
+            f"{best['flops'] / other['flops']:.2g}x fewer FLOPs in these hours ({other['flops']:.3g}: this device's "
             f"speed model runs some shapes at more FLOP/s than others) and ranks lower, {value(other)} against "
             f"{value(best)}.")
 

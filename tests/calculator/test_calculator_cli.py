@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from cramming.calculator.config import CalculatorConfig, CandidateGrid, FitGrid, check_config
 from cramming.calculator.measure import local_device
+from cramming.calculator.report import why_recommended
 from cramming.calculator.speed_model import SpeedConstants, SpeedModel, save_measurement
 from cramming.errors import CrammingError
 from cramming.hardware import known_profiles
@@ -244,3 +245,14 @@ def test_a_damaged_fit_is_one_line_naming_it_and_how_to_measure_again(tmp_path, 
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {fit}") and "measure again with fit=true" in last, last
     assert not (tmp_path / "out").exists()
+
+
+def test_a_recommendation_at_the_grids_edge_says_so_instead_of_comparing_it_with_itself():
+    def shape(layers, hidden, parameters, optimal, recommended=False):
+        return {"layers": layers, "hidden": hidden, "parameters": parameters, "optimal_parameters": optimal,
+                "flops": 3e13, "loss": None, "loss_index": 2.0, "recommended": recommended}
+
+    said = why_recommended([shape(2, 128, 328e3, 10.4e3, recommended=True), shape(4, 128, 656e3, 10.4e3)])
+    assert said.endswith("No candidate is within 0.8x to 1.25x of its compute-optimal size: this is the closest, at "
+                         "the grid's edge; a smaller shape than the grid holds (candidates.depths, candidates.widths) "
+                         "may rank better.")

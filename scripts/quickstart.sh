@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up, then pretrain end to end on the embedded corpus: offline, CPU. The set-up downloads the packages the
-# first time (minutes); the pretraining takes about 80 s on 2 cores (tiny model, 72 s of training).
+# first time (minutes); the pretraining takes about 90 s on 2 idle cores (tiny model, 72 s of training; README.md).
 # The run lands in outputs/quickstart/<timestamp>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."

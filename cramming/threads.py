@@ -62,15 +62,15 @@ def _cpu_times(cpus: set[int], path: Path = PROC_STAT) -> tuple[int, int] | None
     return (busy, total) if total else None
 
 
-def busy_cores(seconds: float = LOOK_S) -> float | None:
+def busy_cores(seconds: float = LOOK_S, path: Path = PROC_STAT) -> float | None:
     """The usable cores other processes keep busy, measured over `seconds` while this one waits (None: unknown);
     CRAMMING_BUSY_CORES, where set, instead."""
     if os.environ.get(BUSY_CORES_ENV):
         return float(os.environ[BUSY_CORES_ENV])
     cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
-    before = _cpu_times(cpus)
+    before = _cpu_times(cpus, path)
     time.sleep(seconds)
-    after = _cpu_times(cpus)
+    after = _cpu_times(cpus, path)
     if before is None or after is None or after[1] <= before[1]:
         return None
     return len(cpus) * (after[0] - before[0]) / (after[1] - before[1])

@@ -10,6 +10,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+# The start's look at the other processes' load (cramming.threads) would choose fewer threads on a busy machine, and
+# numbers compared across runs would follow the load: an idle machine, unless a test injects another figure.
+os.environ.setdefault("CRAMMING_BUSY_CORES", "0")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One torch thread per worker and per subprocess it starts: the workers already use every core, and two
     # thread pools per core spin against each other (measured: a 2-core machine did 1.7x the CPU work).

@@ -363,7 +363,7 @@ CASES = [  # (command, arguments, what the one line must contain)
     ("export", ["ckpt={root}", "out={root}/hf"], "not a complete checkpoint"),
     # ablate
     ("ablate", ["sweep=nope", "output_dir={root}/ab"],
-     "unknown sweep=nope; choose one of data, distillation, ema, lottery, modern-bert, optimizers, recipes, "
+     "unknown sweep=nope; choose one of data, distillation, ema, levers, lottery, modern-bert, optimizers, recipes, "
      "recipes-20min, recipes-gpu, schedules, smoke, techniques"),
     ("ablate", ["output_dir={root}/ab"], "You must specify 'sweep', e.g, sweep=<OPTION>"),
     ("ablate", ["sweep=smoke", "sweep.runs.lion=['budget=2']", "output_dir={root}/ab"],

@@ -6,11 +6,13 @@ injected (CRAMMING_BUSY_CORES, the simulated clock), so nothing here depends on 
 import json
 import logging
 import re
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from cramming.train.reporting import MetricsLog, StepFacts
-from cramming.threads import CpuShare, expected_share
+from cramming.threads import CpuShare, busy_cores, expected_share
 from tests.commands import in_process
 from tests.train.runs import NO_PLOTS, TINY_DATA
 
@@ -46,8 +48,16 @@ def test_the_expected_share_follows_the_scheduler():
     assert CpuShare(threads=2, cores=2, busy_cores=0.1, expected_speed_share=0.95).notice() is None
 
 
+@pytest.fixture
+def torch_threads():
+    """A command run in this process sets torch's thread count for the process: put it back after the test."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 def test_a_run_on_a_busy_machine_says_so_shows_its_long_phases_and_where_its_time_went(
-        shared_cache, tmp_path, simulated_clock, monkeypatch):
+        shared_cache, tmp_path, simulated_clock, monkeypatch, torch_threads):
     """The quick start's shape with its probe, on a machine two other processes keep busy (injected): the warning
     at the start and in summary.json, the probe's progress lines (every one, EVERY_S 0), and the time line."""
     monkeypatch.setenv("CRAMMING_BUSY_CORES", "2")
@@ -66,3 +76,20 @@ def test_a_run_on_a_busy_machine_says_so_shows_its_long_phases_and_where_its_tim
     (summary,) = tmp_path.glob("quickstart/*/summary.json")
     machine = json.loads(summary.read_text())["machine"]
     assert machine["busy_cores"] == 2.0 and 0 < machine["expected_speed_share"] < 1
+
+
+def test_the_busy_cores_are_read_from_proc_stat_over_the_look(tmp_path, monkeypatch):
+    """Two CPUs, 100 jiffies each over the look, 150 of them busy (user, system; idle and iowait are not): 1.5."""
+    monkeypatch.delenv("CRAMMING_BUSY_CORES")
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    stat = tmp_path / "stat"
+    states = [["cpu0 10 0 10 80 0 0 0 0", "cpu1 0 0 0 100 0 0 0 0"],
+              ["cpu0 80 0 20 90 10 0 0 0", "cpu1 50 0 20 130 0 0 0 0"]]
+
+    def the_next_state(seconds: float = 0.0) -> None:  # the look's wait: the CPUs' counters move on
+        stat.write_text("cpu  0 0 0 0 0 0 0 0\n" + "\n".join(states.pop(0) if states else []) + "\n")
+
+    monkeypatch.setattr("cramming.threads.time", SimpleNamespace(sleep=the_next_state))
+    the_next_state()
+    assert busy_cores(path=stat) == pytest.approx(1.5)
+    assert busy_cores(path=tmp_path / "absent") is None

@@ -21,7 +21,7 @@ from tests.train.runs import NO_PROBE
 # command) are exempt from the lower bound.
 MIN_MODULE_LINES = 25
 MAX_MODULE_LINES = 300  # beyond it, a module says in its docstring that it holds one concept, and which
-MAX_TRAIN_FILES = 36  # cramming/train/ and its techniques: a trainer a newcomer can survey, one concept a file
+MAX_TRAIN_FILES = 38  # cramming/train/ and its techniques: a trainer a newcomer can survey, one concept a file
 MAX_SCRIPT_LINES = 60
 
 

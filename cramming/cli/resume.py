@@ -14,7 +14,8 @@ from cramming.cli.overrides import key_of
 from cramming.errors import CrammingError
 from cramming.pretraining import PretrainConfig
 from cramming.runs import CONFIG_FILE, FINAL, check_run_name, differences, resolve_checkpoint, run_config, run_of
-from cramming.train.resume import load_state
+from cramming.model.checkpoint import read_config
+from cramming.train.resume import check_resumed_model, load_state
 
 log = logging.getLogger("pretrain")
 
@@ -52,7 +53,8 @@ def resumed_config(cfg: DictConfig, overrides: list[str], config_name: str, worl
         check_run_name(cfg.name)
     spec = cfg.resume
     checkpoint = resolve_checkpoint(spec, _latest_root(cfg, given, config_name), key="resume", need_state=True)
-    trained_as = load_state(checkpoint)["fingerprint"].get("world_size", 1)
+    fingerprint = load_state(checkpoint)["fingerprint"]
+    trained_as = fingerprint.get("world_size", 1)
     if world_size is not None and world_size != trained_as:
         how = ("as one process (python pretrain.py, no torchrun)" if trained_as == 1 else
                f"as {trained_as} (python scripts/launch.py --nproc_per_node={trained_as} pretrain.py ...)")
@@ -93,6 +95,9 @@ def resumed_config(cfg: DictConfig, overrides: list[str], config_name: str, worl
         run.name = run.name if "name" in given else run_dir.parent.name
     run.cache_dir = command_line.cache_dir  # this machine's prepared data
     run.resume = str(checkpoint)
+    # the model the run's config.yaml describes is the one the checkpoint trained and its weights hold (an edited
+    # config.yaml or trainer state is said as such now, before the start's checks judge a model not the checkpoint's)
+    check_resumed_model(checkpoint, {"fingerprint": fingerprint}, run, read_config(checkpoint)[0]["vocab_size"])
     return run
 
 

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 from matplotlib.image import imread
 
 from cramming.train import plots
+from cramming.train.progress import BudgetClock
 from cramming.train.plots import REDRAW_EVERY_S, PlotRefresh, plot_run
 
 
@@ -28,18 +29,25 @@ def test_plots_are_redrawn_after_a_new_checkpoint_at_most_every_five_minutes_fro
     at the first new checkpoint each REDRAW_EVERY_S."""
     now, drawn, newest = [1000.0], [], ["step-1"]
     monkeypatch.setattr(plots.time, "perf_counter", lambda: now[0])
-    monkeypatch.setattr(plots, "plot_run", drawn.append)
+
+    def draw(run_dir) -> None:  # a second a redraw
+        drawn.append(run_dir)
+        now[0] += 1.0
+
+    monkeypatch.setattr(plots, "plot_run", draw)
     refresh = PlotRefresh(lambda: newest[0])
-    state = SimpleNamespace(run_dir="run")
+    clock = BudgetClock(600.0)
+    state = SimpleNamespace(run_dir="run", clock=clock)
     for seconds, checkpoint, draws in [(1, "step-2", 0), (REDRAW_EVERY_S - 2, "step-3", 0),  # too soon
                                        (REDRAW_EVERY_S, "step-3", 1),  # a checkpoint not drawn yet
                                        (REDRAW_EVERY_S + 5, "step-4", 1),  # too soon after that draw
-                                       (2 * REDRAW_EVERY_S, "step-4", 2),
+                                       (2 * REDRAW_EVERY_S + 1, "step-4", 2),  # the first draw took a second
                                        (3 * REDRAW_EVERY_S, "step-4", 2)]:  # no checkpoint since that draw
         now[0], newest[0] = 1000.0 + seconds, checkpoint
         refresh.after_step(state)
         assert len(drawn) == draws, (seconds, checkpoint)
     assert drawn == ["run", "run"]
+    assert clock.aside_seconds == 2.0  # the redraws' seconds, counted apart from training (tokens/s leave them out)
 
 
 def test_token_labels_do_not_run_together_and_a_one_record_run_is_drawn():

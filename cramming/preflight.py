@@ -551,8 +551,11 @@ def schedule_line(cfg, trial: Trial, seconds: float) -> str:
     """The batch and the learning rate over the run, at a few fractions of it, as the plan shows them."""
     _, _, record = _simulated(cfg, trial, seconds)
     at = [next((entry for entry in record if entry[0] >= fraction), record[-1]) for fraction in PLAN_FRACTIONS]
-    floor = (f"; train.min_steps={cfg.train.min_steps} caps the final batch at the expected sequences / "
-             f"{cfg.train.min_steps}" if cfg.train.min_steps is not None and cfg.train.progress == "budget" else "")
+    train = cfg.train
+    floor = (f"; train.min_steps={train.min_steps} caps the final batch at the expected sequences / "
+             f"{train.min_steps}" if train.min_steps is not None and train.progress == "budget" else "")
+    floor += (f"; the peak lr is {train.optim.lr:.3g} x ({train.batch_size} / the final batch)^"
+              f"{train.lr_batch_exponent:g}" if floor and train.lr_batch_exponent else "")
     return ("  schedule (sequences per step, lr) at " +
             ", ".join(f"{100 * fraction:g}%: {batch:,}, {lr:.2e}" for fraction, (_, batch, lr) in
                       zip(PLAN_FRACTIONS, at)) + f" ({cfg.train.lr_schedule} lr{floor})")

@@ -24,13 +24,17 @@ def test_the_final_batch_is_the_expected_sequences_over_min_steps_between_a_micr
     assert fitted_batch_size(expected_sequences=1e9, microbatch=32, batch_size=8192, min_steps=400) == 8192
 
 
-def test_scaled_is_the_crammed_recipe_with_a_step_floor_and_nothing_else():
+FITTED = ("name", "min_steps", "lr_batch_exponent", "unigram_bias")  # what train=scaled sets beside train=cramming
+
+
+def test_scaled_is_the_crammed_recipe_with_a_step_floor_an_lr_that_follows_it_and_the_unigram_start():
     scaled, original = (OmegaConf.to_container(compose_config([f"train={name}"]).train) for name in
                         ("scaled", "cramming"))
     assert compose_config([]).train.name == "scaled"  # the default
-    assert original["min_steps"] is None and scaled["min_steps"] == 400
-    assert {key: value for key, value in scaled.items() if key not in ("name", "min_steps")} == \
-        {key: value for key, value in original.items() if key not in ("name", "min_steps")}
+    assert (original["min_steps"], original["lr_batch_exponent"], original["unigram_bias"]) == (None, 0.0, False)
+    assert (scaled["min_steps"], scaled["lr_batch_exponent"], scaled["unigram_bias"]) == (400, 0.25, True)
+    assert {key: value for key, value in scaled.items() if key not in FITTED} == \
+        {key: value for key, value in original.items() if key not in FITTED}
 
 
 def plan(train_cfg, microbatch: int, expected_sequences: float) -> list[int]:
@@ -48,6 +52,7 @@ def test_a_day_plans_exactly_as_the_crammed_recipe_and_a_short_budget_keeps_smal
     # 24 hours on a 2080 Ti, at the calculator's conservative 515M tokens for crammed-bert: 4.0M sequences
     day = 515e6 / 128
     assert plan(scaled, 128, day) == plan(original, 128, day)
+    assert lrs(scaled, 128, day)[50:] == lrs(original, 128, day)[50:]  # once the day's expectation reaches 8192
     # 5 CPU minutes at about 37 sequences a second: 11,000 sequences, 345 microbatches of 32
     short = plan(scaled, 32, 11_000)
     assert set(short) == {1} and max(plan(original, 32, 11_000)) == 256
@@ -67,7 +72,8 @@ def lrs(train_cfg, microbatch: int, expected_sequences: float) -> list[float]:
 
 def test_the_lr_batch_exponent_raises_the_peak_where_the_batch_stays_small_and_leaves_a_day_as_it_was():
     scaled = compose_config(["train.lr_batch_exponent=0.25"]).train
-    plain, original = compose_config([]).train, compose_config(["train=cramming", "train.lr_batch_exponent=0.25"]).train
+    plain = compose_config(["train.lr_batch_exponent=0"]).train
+    original = compose_config(["train=cramming", "train.lr_batch_exponent=0.25"]).train
     day = 515e6 / 128
     assert lrs(scaled, 128, day)[50:] == lrs(plain, 128, day)[50:]  # the day's expectation reaches 8192
     # 5 CPU minutes: a final batch of one microbatch of 32, (8192 / 32)^0.25 = 4 times the peak
@@ -124,8 +130,10 @@ def test_preflight_shows_the_batch_and_the_learning_rate_over_the_run(shared_cac
                      f"cache_dir={shared_cache}", cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     (line,) = [line for line in run.stdout.splitlines() if line.startswith("  schedule (sequences per step, lr)")]
-    assert line.count("%: ") == 5 and "at 0%: 32, 2.50e-04," in line  # a microbatch, at a quarter of the peak
-    assert "train.min_steps=400 caps the final batch at the expected sequences / 400" in line
+    # a microbatch, at a quarter of the peak, the peak 4 x 1e-3 while the final batch is a microbatch of 32
+    assert line.count("%: ") == 5 and "at 0%: 32, 1.00e-03," in line
+    assert ("train.min_steps=400 caps the final batch at the expected sequences / 400; the peak lr is "
+            "0.001 x (8192 / the final batch)^0.25") in line
 
 
 @pytest.mark.parametrize("recipe", [[], ["train=cramming", "train.batch_size=256"],

@@ -28,10 +28,11 @@ def variant_names() -> list[str]:
 
 def variant_config(name: str, arch: ModelConfig):
     """The pretraining config of our step with the variant on (the benchmark's arch; only train, impl and arch
-    are read)."""
+    are read): the crammed recipe's (train=cramming), so that no technique but the variant's is on (the default
+    recipe's unigram start reads the prepared data, which a timed step has none of)."""
 
     overrides = variant_overrides(name) or (f"optim={name}",)
-    cfg = compose_config("pretrain", ["data=embedded", "gpu=cpu", *overrides])
+    cfg = compose_config("pretrain", ["data=embedded", "gpu=cpu", "train=cramming", *overrides])
     cfg.arch = OmegaConf.structured(arch)
     return cfg
 

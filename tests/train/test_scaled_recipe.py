@@ -37,14 +37,24 @@ def test_scaled_is_the_crammed_recipe_with_a_step_floor_an_lr_that_follows_it_an
         {key: value for key, value in original.items() if key not in FITTED}
 
 
-def plan(train_cfg, microbatch: int, expected_sequences: float) -> list[int]:
-    """Microbatches per step at 101 fractions of a run whose pace projects `expected_sequences`."""
+def along(train_cfg, microbatch: int, expected_sequences: float, read) -> list:
+    """read(schedule, f) at 101 fractions f of a run whose pace projects `expected_sequences`."""
     schedule = Schedule(train_cfg, microbatch)
-    plan = []
+    out = []
     for percent in range(101):
         schedule.observe(percent / 100, expected_sequences * percent / 100)
-        plan.append(schedule.accumulate(percent / 100))
-    return plan
+        out.append(read(schedule, percent / 100))
+    return out
+
+
+def plan(train_cfg, microbatch: int, expected_sequences: float) -> list[int]:
+    """Microbatches per step at 101 fractions of a run whose pace projects `expected_sequences`."""
+    return along(train_cfg, microbatch, expected_sequences, Schedule.accumulate)
+
+
+def lrs(train_cfg, microbatch: int, expected_sequences: float) -> list[float]:
+    """The lr at 101 fractions of a run whose pace projects `expected_sequences`."""
+    return along(train_cfg, microbatch, expected_sequences, Schedule.lr)
 
 
 def test_a_day_plans_exactly_as_the_crammed_recipe_and_a_short_budget_keeps_small_steps():
@@ -58,16 +68,6 @@ def test_a_day_plans_exactly_as_the_crammed_recipe_and_a_short_budget_keeps_smal
     assert set(short) == {1} and max(plan(original, 32, 11_000)) == 256
     # 150 s on an H200 (614k sequences, microbatch 1024): 1,535 sequences at most, one microbatch; not 8192
     assert max(plan(scaled, 1024, 614_000)) == 1 and max(plan(original, 1024, 614_000)) == 8
-
-
-def lrs(train_cfg, microbatch: int, expected_sequences: float) -> list[float]:
-    """The lr at 101 fractions of a run whose pace projects `expected_sequences`."""
-    schedule = Schedule(train_cfg, microbatch)
-    out = []
-    for percent in range(101):
-        schedule.observe(percent / 100, expected_sequences * percent / 100)
-        out.append(schedule.lr(percent / 100))
-    return out
 
 
 def test_the_lr_batch_exponent_raises_the_peak_where_the_batch_stays_small_and_leaves_a_day_as_it_was():

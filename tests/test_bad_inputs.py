@@ -364,7 +364,7 @@ CASES = [  # (command, arguments, what the one line must contain)
     # ablate
     ("ablate", ["sweep=nope", "output_dir={root}/ab"],
      "unknown sweep=nope; choose one of data, distillation, ema, levers, lottery, modern-bert, optimizers, recipes, "
-     "recipes-20min, recipes-gpu, schedules, smoke, techniques"),
+     "recipes-20min, recipes-60min, recipes-gpu, schedules, smoke, techniques"),
     ("ablate", ["output_dir={root}/ab"], "You must specify 'sweep', e.g, sweep=<OPTION>"),
     ("ablate", ["sweep=smoke", "sweep.runs.lion=['budget=2']", "output_dir={root}/ab"],
      "run lion sets budget=2; the budget belongs in `base`"),

@@ -51,23 +51,22 @@ def slow_down(module_name: str, function_name: str, seconds: float) -> None:
 def count_loop_syncs(path: str) -> None:
     """The training loop runs inside the host-sync counter; each step's entry notes the count so far, so the
     differences are the syncs of one iteration (the step, its callbacks, the decision to go on)."""
-    from cramming.engine import step as gradient_step
     from cramming.bench.host_sync import HostSyncCounter
     from cramming.train import loop
 
-    marks, run_step, run_loop = [], gradient_step.Step.run, loop.run_loop
+    marks, train_step, run_loop = [], loop.train_step, loop.run_loop
 
-    def noted_step(self, state, *args):
+    def noted_step(state, *args):
         marks.append((state.progress.step + 1, sum(counter.syncs.values())))
-        return run_step(self, state, *args)
+        return train_step(state, *args)
 
     def counted_loop(*args, **kwargs):
-        gradient_step.Step.run = noted_step  # the training loop's steps only (GLUE after it runs the same Step)
+        loop.train_step = noted_step
         try:
             with counter:
                 reason = run_loop(*args, **kwargs)
         finally:
-            gradient_step.Step.run = run_step
+            loop.train_step = train_step
         iterations = [[step_number, later - earlier] for (step_number, earlier), (_, later) in zip(marks, marks[1:])]
         with open(f"{path}.rank{RANK}.json", "w") as file:
             json.dump(iterations, file)

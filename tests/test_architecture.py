@@ -131,63 +131,77 @@ def test_training_and_evaluation_do_not_import_each_other():
 NOT_THE_STEP = ("cramming/model/", "cramming/data/")
 
 
-def files_a_step_runs(tmp_path, monkeypatch) -> tuple[set[str], set[str]]:
-    """The package's files whose code runs inside pretraining's steps (Step.run, rank 0, a real run), outside
-    NOT_THE_STEP: those of the step itself, and apart from them those of the bodies behind its named points
-    (cramming.train.loop.PretrainingHooks, the callbacks and rules it calls)."""
+def profile_steps(tmp_path, monkeypatch, overrides: list[str]) -> tuple[set[str], set[str]]:
+    """Profile every call into the package during pretraining's steps (cramming.train.loop.train_step, a real run of
+    TINY_RUN and `overrides`), the model and the data aside: the files entered, and each call from a function of
+    cramming/engine/ into one of cramming/train/ as "caller -> callee" (file:function)."""
     import sys
 
-    from cramming.engine.step import Step, StepHooks
     from cramming.pretraining import pretrain
-    from cramming.train import resume
-    from cramming.train.loop import PretrainingHooks
-    from tests.train.runs import STEP_RUN, compose_config
+    from cramming.train import loop
+    from tests.train.runs import TINY_RUN, compose_config
 
-    hook_bodies = {getattr(PretrainingHooks, name).__code__ for name in vars(StepHooks)
-                   if callable(getattr(StepHooks, name)) and not name.startswith("_")}
-    step_files, hook_files, depth = set(), set(), {"skipped": 0, "hooks": 0}
+    entered, upward, skipped = set(), set(), [0]
+
+    def relative(code) -> str:
+        return "cramming/" + code.co_filename.removeprefix(f"{PACKAGE}/")
 
     def profile(frame, event, arg):
-        path = frame.f_code.co_filename
-        if event not in ("call", "return") or f"{PACKAGE}/" not in path:
+        if event not in ("call", "return") or f"{PACKAGE}/" not in frame.f_code.co_filename:
             return
-        relative = "cramming/" + path.removeprefix(f"{PACKAGE}/")
-        entering = event == "call"
-        if frame.f_code in hook_bodies:
-            depth["hooks"] += 1 if entering else -1
-        if relative.startswith(NOT_THE_STEP) or depth["skipped"]:
-            depth["skipped"] += 1 if entering else -1
-        elif entering:
-            (hook_files if depth["hooks"] else step_files).add(relative)
+        callee = relative(frame.f_code)
+        if callee.startswith(NOT_THE_STEP) or skipped[0]:
+            skipped[0] += 1 if event == "call" else -1
+            return
+        if event == "call":
+            entered.add(callee)
+            caller = frame.f_back
+            if (callee.startswith("cramming/train/") and caller is not None
+                    and relative(caller.f_code).startswith("cramming/engine/")):
+                upward.add(f"{relative(caller.f_code)}:{caller.f_code.co_name} -> {callee}:{frame.f_code.co_name}")
 
-    def profiled_run(*args, **kwargs):
+    def profiled_step(*args, **kwargs):
         sys.setprofile(profile)
         try:
-            return run(*args, **kwargs)
+            return train_step(*args, **kwargs)
         finally:
             sys.setprofile(None)
 
-    run = Step.run
-    monkeypatch.setattr(Step, "run", profiled_run)
-    # the heartbeat writes at every microbatch, not by the clock
-    monkeypatch.setattr(resume, "HEARTBEAT_INTERVAL_S", 0.0)
-    pretrain(compose_config(STEP_RUN + ["train.max_steps=2", f"output_dir={tmp_path}"]))
-    return step_files, hook_files
+    train_step = loop.train_step
+    monkeypatch.setattr(loop, "train_step", profiled_step)
+    # the default recipe (train=scaled), two steps of two microbatches each (no ramp), so the budget check between
+    # the microbatches runs
+    pretrain(compose_config(TINY_RUN + ["train.max_steps=2", "train.batch_size=32", "impl.microbatch_size=16",
+                                        "train.batch_ramp_fraction=0", f"output_dir={tmp_path}", *overrides]))
+    return entered, upward
 
 
-def test_a_pretraining_step_reads_top_to_bottom_in_three_files(tmp_path, monkeypatch):
-    """A reader follows a step in Step.run and the two files it calls into (the precision's autocast, the
-    learning rate set on the optimizer), the model and the data aside; pretraining's own rules act at the
-    step's named points, from the files listed second."""
-    step_files, hook_files = files_a_step_runs(tmp_path, monkeypatch)
-    assert step_files == {"cramming/engine/step.py", "cramming/engine/precision.py", "cramming/engine/schedules.py"}
-    assert hook_files == {"cramming/train/loop.py", "cramming/train/callbacks.py", "cramming/train/stopping.py",
-                          "cramming/train/nonfinite.py", "cramming/train/resume.py", "cramming/train/progress.py",
-                          "cramming/files.py"}
+# What one step of the default recipe enters, the model and the data aside: the loop's step function, the engine's
+# step and its precision and lr setting, the budget check and its clock, the non-finite counter.
+DEFAULT_STEP_FILES = {"cramming/train/loop.py", "cramming/engine/step.py", "cramming/engine/precision.py",
+                      "cramming/engine/schedules.py", "cramming/train/stopping.py", "cramming/train/progress.py",
+                      "cramming/train/nonfinite.py"}
+
+
+def test_a_pretraining_step_calls_only_downward(tmp_path, monkeypatch):
+    """Measured with a profiler on the default recipe: the loop's step function (cramming.train.loop.train_step)
+    calls the budget check, the non-finite counter and the engine's parts itself, and the engine calls nothing in
+    cramming/train/. The heartbeat and the metrics run after the step, not inside it."""
+    entered, upward = profile_steps(tmp_path, monkeypatch, [])
+    assert upward == set()
+    assert entered == DEFAULT_STEP_FILES
+
+
+def test_with_sam_on_the_step_enters_only_the_technique_itself(tmp_path, monkeypatch):
+    """A technique that acts inside the step is the only thing the engine calls up into: SAM's after_gradients,
+    which runs the step's own backward again (downward from there)."""
+    entered, upward = profile_steps(tmp_path, monkeypatch, ["train.optim.sam_rho=0.05"])
+    assert upward == {"cramming/engine/step.py:gradients -> cramming/train/techniques/sam.py:after_gradients"}
+    assert entered - DEFAULT_STEP_FILES == {"cramming/train/techniques/sam.py"}
 
 
 def test_the_step_is_handed_no_function_to_call_back():
-    """What differs between trainers reaches the step as one StepHooks object with named points, not as
+    """What techniques do inside a step reaches it as one StepPoints object with named points, not as loose
     functions passed in from above."""
     import inspect
     import typing

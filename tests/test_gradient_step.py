@@ -14,7 +14,7 @@ from cramming.engine.adamw import build_optimizer, recipe_adamw
 from cramming.bench.host_sync import no_host_sync
 from cramming.bench.timing import TimedStep
 from cramming.data.mlm import synthetic_mlm_batch
-from cramming.engine.step import Step, StepHooks, StepState, skips_on_device
+from cramming.engine.step import Step, StepPoints, StepState, skips_on_device
 from cramming.engine.precision import Precision
 from cramming.model import ModelConfig, build_mlm_model
 from cramming.train.optimizers import build_pretraining_optimizer
@@ -24,8 +24,8 @@ FP32 = Precision("fp32", "cpu")
 CPU = torch.device("cpu")
 
 
-class Recorded(StepHooks):
-    """The plain step's hooks, noting the optimizer-step points and, with `poison`, making every loss NaN."""
+class Recorded:
+    """A technique's points in a step, noting the optimizer-step points and, with `poison`, making every loss NaN."""
 
     def __init__(self, poison: bool = False):
         self.poison, self.called = poison, []
@@ -33,11 +33,10 @@ class Recorded(StepHooks):
     def after_forward(self, state, batch, loss, output):
         return loss * float("nan") if self.poison else loss
 
-    def before_optimizer_step(self, state):
-        self.called.append("before")
-
-    def after_optimizer_step(self, state):
-        self.called.append("after")
+    def points(self) -> StepPoints:
+        return StepPoints(after_forward=[self.after_forward],
+                          before_optimizer_step=[lambda state: self.called.append("before")],
+                          after_optimizer_step=[lambda state: self.called.append("after")])
 
 
 def trained_once(fused: bool):
@@ -47,8 +46,8 @@ def trained_once(fused: bool):
     optimizer = build_optimizer(model, lr=1e-3, betas=(0.9, 0.98), eps=1e-12, weight_decay=0.01, fused=fused)
     scaler, batches = FP32.grad_scaler(), itertools.repeat(synthetic_mlm_batch(4, 32, 200, 0.25))
 
-    def step(hooks: StepHooks | None = None, **options) -> Step:
-        return Step(model, optimizer, scaler, FP32, batches, hooks=hooks, grad_clip=0.5, **options)
+    def step(points: StepPoints | None = None, **options) -> Step:
+        return Step(model, optimizer, scaler, FP32, batches, points=points, grad_clip=0.5, **options)
 
     step().run(StepState(model=model, device=CPU))
     return model, optimizer, step
@@ -64,7 +63,7 @@ def test_a_non_finite_step_changes_neither_weights_nor_optimizer_state(fused):
     model, optimizer, step = trained_once(fused)
     assert skips_on_device(optimizer) is fused
     before, hooks, state = snapshot(model, optimizer), Recorded(poison=True), StepState(model=model, device=CPU)
-    step(hooks).run(state)
+    step(hooks.points()).run(state)
     assert not state.step_finite and torch.isnan(state.grad_norm)
     assert all(torch.equal(a, b) for a, b in zip(before, snapshot(model, optimizer)))
     assert all(p.grad is None for p in model.parameters())
@@ -94,22 +93,14 @@ def test_without_the_skip_the_update_always_applies_and_nothing_is_measured():
 
 
 def test_a_step_the_budget_ends_early_runs_fewer_microbatches_as_their_mean():
-    """another_microbatch (pretraining: the budget) ends a step of 3 planned microbatches after 2; their
-    gradients count as a mean over those 2, as the step's loss does."""
-
-    class TwoOnly(StepHooks):
-        def __init__(self):
-            self.ran = 0
-
-        def another_microbatch(self, state):
-            return self.ran < 2
-
-        def after_microbatch(self, state):
-            self.ran += 1
-
+    """Pretraining's step (cramming.train.loop.train_step) runs the engine's parts and stops after 2 of 3 planned
+    microbatches when the budget runs out; their gradients count as a mean over those 2, as the step's loss does."""
     model, optimizer, step = trained_once(fused=True)
-    state = StepState(model=model, device=CPU, accumulate=3)
-    step(TwoOnly()).run(state, update=False)
+    state, ended_early = StepState(model=model, device=CPU, accumulate=3), step()
+    ended_early.begin(state)
+    ended_early.microbatch(state)
+    ended_early.microbatch(state)
+    ended_early.gradients(state)
     gradient = [p.grad.clone() for p in model.parameters()]
     single = StepState(model=model, device=CPU)
     model.zero_grad(set_to_none=True)

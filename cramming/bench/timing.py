@@ -21,7 +21,7 @@ from cramming.engine.precision import Precision
 from cramming.engine.step import Step, StepState
 from cramming.model import ModelConfig, build_mlm_model
 from cramming.model.checkpoint import unwrap
-from cramming.train.callbacks import CallbackList
+from cramming.train.callbacks import CallbackList, step_points
 from cramming.train.techniques import wrap_optimizer
 
 
@@ -41,8 +41,8 @@ class TimedStep:
                  optimizer: torch.optim.Optimizer | None = None, techniques: list = ()):
         """model: as it runs (compiled or not); grad_clip: the max gradient norm (None: measured, not clipped, as
         the trainer does for its metrics); optimizer: None builds the recipe's AdamW over the model's parameters;
-        techniques: built ones (cramming.train.techniques), which wrap the optimizer and act at the step's named
-        points, as in pretraining."""
+        techniques: built ones (cramming.train.techniques), which wrap the optimizer and act at the step's points,
+        as in pretraining."""
 
         self.model = model.to(device).train()
         self.batch = {key: value.to(device) for key, value in batch.items()}
@@ -50,11 +50,9 @@ class TimedStep:
         plain = unwrap(self.model)
         self.optimizer = wrap_optimizer(self.techniques, optimizer or recipe_adamw(plain, fused=fused_adamw))
         self.scaler = precision.grad_scaler()
-        self.callbacks = CallbackList(self.techniques) if self.techniques else None
         self.state = StepState(model=plain, device=device)
         self.training_step = self._step(self.model, grad_clip)
-        if self.callbacks is not None:
-            self.callbacks.on_train_start(self.state)
+        CallbackList(self.techniques).on_train_start(self.state)
         self.peak_bytes = 0  # on CUDA: this model's weights and optimizer state plus what its step allocates
 
     def resident_bytes(self) -> int:
@@ -70,9 +68,9 @@ class TimedStep:
         self.training_step.run(self.state)
 
     def _step(self, network: torch.nn.Module, grad_clip: float | None = None) -> Step:
-        """The training step on this batch, the techniques acting at its named points."""
+        """The training step on this batch, the techniques acting at its points."""
         return Step(network, self.optimizer, self.scaler, self.precision, itertools.repeat(self.batch),
-                    hooks=self.callbacks, grad_clip=grad_clip)
+                    points=step_points(self.techniques), grad_clip=grad_clip)
 
     def executed_flops(self) -> float:
         """FLOPs the step's forward and backward passes execute (SAM's two), counted by torch's FlopCounterMode

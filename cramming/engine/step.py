@@ -1,15 +1,17 @@
-"""One training step, written once and read top to bottom in `Step.run`: pretraining (cramming.train.loop), GLUE
-fine-tuning (cramming.eval.finetune) and the benchmark's timed step (cramming.bench.timing) all run it, so a speed
-figure times what training runs, and a technique that changes the step (SAM) changes it for all three.
+"""One training step's parts, written once: a microbatch's forward and backward, the gradients made the step's,
+clipped, and the optimizer step with its on-device skip. GLUE fine-tuning (cramming.eval.finetune) and the
+benchmark's timed step (cramming.bench.timing) run them whole through `Step.run`; pretraining's loop composes the
+same parts in its own step function (cramming.train.loop.train_step), where it checks the budget between
+microbatches and counts skipped steps itself. So a speed figure times what training runs.
 
-What differs between them acts at the step's named points (`StepHooks`), whose bodies live with each trainer:
-pretraining's end a step early when the budget runs out, count skipped steps and let its techniques act.
+The engine calls nothing above it. A technique that acts inside a step (SAM, distillation, sparsity masks)
+reaches it as `StepPoints`: the bound methods of the techniques acting at each point, empty where none does.
 """
 
 import contextlib
 import time
-from dataclasses import dataclass
-from typing import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Protocol
 
 import torch
 
@@ -35,110 +37,132 @@ class StepState:
     step_finite: torch.Tensor | None = None  # on the device: False when a non-finite loss or gradient skipped it
 
 
-class StepHooks:
-    """The named points of a step. These bodies are the plain step (GLUE fine-tuning, a benchmark without
-    techniques); a trainer overrides the points it acts at (pretraining: cramming.train.loop.PretrainingHooks)."""
+@dataclass
+class StepPoints:
+    """What techniques do inside a step, per point: the bound methods of those acting there, in order (empty where
+    none does; cramming.train.callbacks.step_points picks them). A step without techniques calls nothing here."""
 
-    keeps_batches = False  # whether `after_gradients` needs the step's microbatches (SAM runs them again)
+    # each microbatch's loss before its backward, under autocast: f(state, batch, loss, output) -> loss
+    after_forward: list[Callable] = field(default_factory=list)
+    # the step's gradients are summed and synchronized: f(step, state, kept batches, loss) -> the step's loss
+    after_gradients: list[Callable] = field(default_factory=list)
+    # gradients unscaled and clipped; with an on-device skip this runs on a non-finite step too: f(state)
+    before_optimizer_step: list[Callable] = field(default_factory=list)
+    # the weights have just changed, unless state.step_finite is False: f(state)
+    after_optimizer_step: list[Callable] = field(default_factory=list)
+    keeps_batches: bool = False  # whether an after_gradients point needs the step's microbatches (SAM)
 
-    def another_microbatch(self, state: StepState) -> bool:
-        """Asked before each microbatch after the first: False ends the step early (a budget that ran out)."""
-        return True
 
-    def after_forward(self, state: StepState, batch: dict, loss: torch.Tensor, output) -> torch.Tensor:
-        """Each microbatch's loss before its backward, under autocast; return it or a changed one."""
-        return loss
+class Ranks(Protocol):
+    """The processes training together, as the step uses them (cramming.train.distributed.Distributed)."""
 
-    def after_microbatch(self, state: StepState) -> None:
-        """A microbatch's forward and backward ran."""
+    enabled: bool
 
-    def after_gradients(self, step: "Step", state: StepState, batches: list[dict], loss: torch.Tensor) -> torch.Tensor:
-        """The step's gradients are summed (and synchronized); a technique may take them again on `batches`
-        (kept when `keeps_batches`). Returns the step's loss."""
-        return loss
+    def average_gradients(self, model: torch.nn.Module) -> None: ...
 
-    def judge(self, state: StepState, loss_finite: torch.Tensor, gradient_finite: torch.Tensor) -> torch.Tensor:
-        """Whether the update applies, as a device flag (no host sync)."""
-        return loss_finite & gradient_finite
-
-    def before_optimizer_step(self, state: StepState) -> None:
-        """Gradients are unscaled and clipped; with an on-device skip this runs on a non-finite step too."""
-
-    def after_optimizer_step(self, state: StepState) -> None:
-        """The weights have just changed, unless state.step_finite is False."""
+    def mean(self, value: torch.Tensor) -> torch.Tensor: ...
 
 
 class Step:
     """One optimizer step of `network` (the model as it runs: compiled, DDP-wrapped) on microbatches from `batches`,
     under `precision`. grad_clip: the max gradient norm (None: no clipping); skip_nonfinite: measure the norm and
     skip a step whose loss or gradients are not finite (GLUE's plain AdamW: False, and nothing is measured).
-    dist: the ranks (None or not enabled: one process)."""
+    points: the techniques acting inside the step (None: none); dist: the ranks (None or not enabled: one process).
+
+    The parts, in the order a step runs them: `begin`, `microbatch` (once or more), `gradients`, `clip`, `update`.
+    """
 
     def __init__(self, network: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-                 precision: Precision, batches: Iterator[dict], *, hooks: StepHooks | None = None,
-                 grad_clip: float | None = None, skip_nonfinite: bool = True, dist=None):
+                 precision: Precision, batches: Iterator[dict], *, points: StepPoints | None = None,
+                 grad_clip: float | None = None, skip_nonfinite: bool = True, dist: Ranks | None = None):
         self.network, self.optimizer, self.scaler, self.precision = network, optimizer, scaler, precision
-        self.batches, self.hooks = batches, hooks or StepHooks()
+        self.batches, self.points = batches, points or StepPoints()
         self.grad_clip, self.skip_nonfinite = grad_clip, skip_nonfinite
         self.dist = dist if dist is not None and dist.enabled else None
-        # Host seconds inside run() and, within it, waiting for batches: from the second step on (the first
+        # Host seconds inside a step and, within it, waiting for batches: from the second step on (the first
         # compiles and warms up), and the first step's own; window_s: host seconds from the end of the first step
-        # to the end of the latest, the `paused_seconds` run() is given left out (pretraining's validation). All
+        # to the end of the latest, the `paused_seconds` update() is given left out (pretraining's validation). All
         # wall time, never the budget clock's (which a test may simulate), so the shares compare like with like.
         self.timing = {"steps": 0, "step_s": 0.0, "data_s": 0.0, "first_step_s": 0.0, "window_s": 0.0}
         self._first_ended = (0.0, 0.0)
+        self._started, self._data_wait, self._kept = 0.0, 0.0, []
 
     def run(self, state: StepState, paused_seconds: float = 0.0, *, update: bool = True) -> None:
-        """Run the step state.accumulate plans; sets state.step_loss, step_microbatches, grad_norm, step_finite.
-        paused_seconds: the caller's paused time so far, kept out of timing["window_s"]. update=False stops after
-        the gradients (the benchmark counts their FLOPs)."""
-        started, data_wait, hooks = time.perf_counter(), 0.0, self.hooks
-        if state.lr is not None:  # the scheduler's value for this step
-            set_lr(self.optimizer, state.lr)
-
-        # Forward and backward over the step's microbatches, each gradient 1/accumulate of the step's; the ranks
-        # synchronize gradients once, on the last. A budget that runs out ends the step after fewer.
-        loss, done, kept = torch.zeros((), device=state.device), 0, []
-        while done < state.accumulate and (done == 0 or hooks.another_microbatch(state)):
-            waited = time.perf_counter()
-            batch = {key: value.to(state.device, non_blocking=True) for key, value in next(self.batches).items()}
-            data_wait += time.perf_counter() - waited
-            loss += self.backward(state, batch, last=done + 1 == state.accumulate)
-            if hooks.keeps_batches:
-                kept.append(batch)
-            done += 1
-            hooks.after_microbatch(state)
-        if done < state.accumulate:
-            self.rescale(state, done)
-            loss *= state.accumulate / done
-        loss = self.mean(loss)
-        state.step_loss = hooks.after_gradients(self, state, kept, loss)
-        state.step_microbatches = done
+        """The whole step state.accumulate plans (GLUE fine-tuning, the benchmark); sets state.step_loss,
+        step_microbatches, grad_norm, step_finite. paused_seconds: the caller's paused time so far, kept out of
+        timing["window_s"]. update=False stops after the gradients (the benchmark counts their FLOPs)."""
+        self.begin(state)
+        while state.step_microbatches < state.accumulate:
+            self.microbatch(state)
+        self.gradients(state)
         if not update:
             return
+        gradient_finite = self.clip(state)
+        if gradient_finite is not None:
+            state.step_finite = torch.isfinite(state.step_loss) & gradient_finite
+        self.update(state, paused_seconds)
 
-        # Unscale and clip; a non-finite loss or gradient norm leaves the weights and the optimizer state as they
-        # were (a finite loss can still have non-finite gradients, weights near overflow, which would write NaN).
+    def begin(self, state: StepState) -> None:
+        """A step starts: its learning rate set on the optimizer (unless the caller's scheduler sets it), nothing
+        run yet."""
+        self._started, self._data_wait, self._kept = time.perf_counter(), 0.0, []
+        if state.lr is not None:  # the scheduler's value for this step
+            set_lr(self.optimizer, state.lr)
+        state.step_loss, state.step_microbatches = torch.zeros((), device=state.device), 0
         state.grad_norm, state.step_finite = None, None
+
+    def microbatch(self, state: StepState) -> None:
+        """The next microbatch's forward and backward; its gradient adds up as 1/accumulate of the step's, and the
+        ranks synchronize on the last planned one."""
+        waited = time.perf_counter()
+        batch = {key: value.to(state.device, non_blocking=True) for key, value in next(self.batches).items()}
+        self._data_wait += time.perf_counter() - waited
+        state.step_loss += self.backward(state, batch, last=state.step_microbatches + 1 == state.accumulate)
+        if self.points.keeps_batches:
+            self._kept.append(batch)
+        state.step_microbatches += 1
+
+    def gradients(self, state: StepState) -> None:
+        """The microbatches are done: fewer than planned (a budget that ran out) count as their mean; the loss is
+        averaged over the ranks, and techniques may take the gradients again (SAM)."""
+        done = state.step_microbatches
+        if done < state.accumulate:
+            self.rescale(state, done)
+            state.step_loss *= state.accumulate / done
+        loss = self.mean(state.step_loss)
+        for after_gradients in self.points.after_gradients:
+            loss = after_gradients(self, state, self._kept, loss)
+        state.step_loss, self._kept = loss, []
+
+    def clip(self, state: StepState) -> torch.Tensor | None:
+        """Unscale, measure the gradient norm and clip to the step's threshold; returns whether the gradients are
+        finite, as a device flag (no host sync), or None where the step does not skip (nothing is measured then,
+        unless it clips)."""
         clip = self.grad_clip if state.grad_clip is None else state.grad_clip
         if self.skip_nonfinite or clip is not None:
             self.scaler.unscale_(self.optimizer)
             # the norm before clipping, for the metrics record (left on the device: reading it would wait)
             state.grad_norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(),
                                                              float("inf") if clip is None else clip)
-        if self.skip_nonfinite:
-            # under fp16 the loss scaler skips an overflowing step itself and lowers its scale: finite there
-            gradient_finite = torch.isfinite(state.grad_norm) | self.scaler.is_enabled()
-            state.step_finite = hooks.judge(state, torch.isfinite(state.step_loss), gradient_finite)
+        if not self.skip_nonfinite:
+            return None
+        # under fp16 the loss scaler skips an overflowing step itself and lowers its scale: finite there
+        return torch.isfinite(state.grad_norm) | self.scaler.is_enabled()
 
-        # The optimizer step. torch's fused optimizers (the recipe's AdamW) skip their update inside the kernel
-        # where `found_inf` is 1, as GradScaler drives them: a skipped step needs no host sync. Others are skipped
-        # after the host reads the flag, which waits for the step.
+    def update(self, state: StepState, paused_seconds: float = 0.0) -> None:
+        """The optimizer step, unless state.step_finite (a device flag; None: always) says the step's loss or
+        gradients were not finite: then the weights and the optimizer state stay as they were (a finite loss can
+        still have non-finite gradients, weights near overflow, which would write NaN).
+
+        torch's fused optimizers (the recipe's AdamW) skip their update inside the kernel where `found_inf` is 1,
+        as GradScaler drives them: a skipped step needs no host sync. Others are skipped after the host reads the
+        flag, which waits for the step."""
         on_device = state.step_finite is not None and skips_on_device(self.optimizer)
         if state.step_finite is not None and not on_device and not state.step_finite:
             self.optimizer.zero_grad(set_to_none=True)
         else:
-            hooks.before_optimizer_step(state)
+            for before_optimizer_step in self.points.before_optimizer_step:
+                before_optimizer_step(state)
             if on_device and not self.scaler.is_enabled():  # an enabled scaler sets found_inf itself
                 self.optimizer.found_inf = (~state.step_finite).float()
                 self.optimizer.step()
@@ -146,9 +170,10 @@ class Step:
             else:
                 self.scaler.step(self.optimizer)
             self.scaler.update()
-            hooks.after_optimizer_step(state)
+            for after_optimizer_step in self.points.after_optimizer_step:
+                after_optimizer_step(state)
             self.optimizer.zero_grad(set_to_none=True)
-        self._time(started, time.perf_counter(), data_wait, paused_seconds)
+        self._time(self._started, time.perf_counter(), self._data_wait, paused_seconds)
 
     def backward(self, state: StepState, batch: dict, last: bool) -> torch.Tensor:
         """One microbatch's forward and backward under the precision's autocast, its gradient added as
@@ -156,9 +181,16 @@ class Step:
         wait). Ranks synchronize gradients on the last."""
         sync = self.network.no_sync() if self.dist is not None and not last else contextlib.nullcontext()
         inputs = {key: value for key, value in batch.items() if key not in SAMPLE_KEYS}
+        on_output = None
+        if self.points.after_forward:
+            def on_output(output):
+                loss = output.loss
+                for after_forward in self.points.after_forward:
+                    loss = after_forward(state, batch, loss, output)
+                return loss
         with sync:
             loss = backward(self.network, inputs, self.precision, self.scaler, divisor=state.accumulate,
-                            on_output=lambda output: self.hooks.after_forward(state, batch, output.loss, output))
+                            on_output=on_output)
         return loss / state.accumulate
 
     def rescale(self, state: StepState, done: int) -> None:

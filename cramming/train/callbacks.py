@@ -1,8 +1,9 @@
 """Components that act at named points of training, like Composer's algorithms on events, and what they see
 there: the TrainState (where training stands, progress.Progress, and what the step just did).
 
-The trainer calls every callback at each point, in order, and keeps what `state_dict` returns in each
-checkpoint, so a resumed run restores it; the loop itself never changes. The metrics record, the
+The loop calls every callback at each point around a step, in order; inside a step, the engine's step calls
+only the callbacks that act there (`step_points`: techniques such as SAM). The trainer keeps what `state_dict`
+returns in each checkpoint, so a resumed run restores it; the loop itself never changes. The metrics record, the
 checkpoints and validation are callbacks; a training technique is one too, with the set-up events added
 (cramming.train.techniques.base.Technique).
 """
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from cramming.engine.step import Step, StepHooks, StepState
+from cramming.engine.step import Step, StepPoints, StepState
 from cramming.train.nonfinite import NonFiniteSteps
 from cramming.train.progress import BudgetClock, Progress
 
@@ -86,9 +87,22 @@ class Callback:
         """Restore what state_dict returned (only called when it returned something)."""
 
 
-class CallbackList(StepHooks):
-    """Calls each callback at each point, in the order given; as the step's hooks, the plain step's bodies at the
-    points no callback has (the benchmark's timed step with techniques)."""
+STEP_POINTS = ("after_forward", "after_gradients", "before_optimizer_step", "after_optimizer_step")
+
+
+def step_points(callbacks: list[Callback]) -> StepPoints | None:
+    """The points inside a step at which these callbacks act (their own methods, not Callback's no-ops), for the
+    engine's step to call in order; None where none acts inside a step (the default recipe)."""
+    acting = {point: [getattr(callback, point) for callback in callbacks
+                      if getattr(type(callback), point) is not getattr(Callback, point)] for point in STEP_POINTS}
+    keeps_batches = any(callback.keeps_batches for callback in callbacks)
+    if not any(acting.values()) and not keeps_batches:
+        return None
+    return StepPoints(**acting, keeps_batches=keeps_batches)
+
+
+class CallbackList:
+    """Calls each callback at each point outside a step, in the order given (the points inside one: step_points)."""
 
     def __init__(self, callbacks: list[Callback]):
         names = [callback.state_key for callback in callbacks]
@@ -96,7 +110,6 @@ class CallbackList(StepHooks):
         if duplicated:
             raise ValueError(f"two callbacks are named {', '.join(duplicated)}; give each its own name")
         self.callbacks = list(callbacks)
-        self.keeps_batches = any(callback.keeps_batches for callback in self.callbacks)
 
     def on_train_start(self, state: TrainState) -> None:
         for callback in self.callbacks:
@@ -105,24 +118,6 @@ class CallbackList(StepHooks):
     def before_step(self, state: TrainState) -> None:
         for callback in self.callbacks:
             callback.before_step(state)
-
-    def after_forward(self, state: TrainState, batch: dict, loss: torch.Tensor, output) -> torch.Tensor:
-        for callback in self.callbacks:
-            loss = callback.after_forward(state, batch, loss, output)
-        return loss
-
-    def after_gradients(self, step: Step, state: TrainState, batches: list[dict], loss: torch.Tensor) -> torch.Tensor:
-        for callback in self.callbacks:
-            loss = callback.after_gradients(step, state, batches, loss)
-        return loss
-
-    def before_optimizer_step(self, state: TrainState) -> None:
-        for callback in self.callbacks:
-            callback.before_optimizer_step(state)
-
-    def after_optimizer_step(self, state: TrainState) -> None:
-        for callback in self.callbacks:
-            callback.after_optimizer_step(state)
 
     def after_step(self, state: TrainState) -> None:
         for callback in self.callbacks:

@@ -1,8 +1,9 @@
 """The training loop: pick the step's lr and batch for the current progress, run the step, let the components
 act, until the stopping rule says so. Everything else (logging, checkpoints, techniques) is a callback.
 
-The step is the one every trainer runs (cramming.engine.step.Step: read it top to bottom in `Step.run`);
-pretraining acts at its named points through `PretrainingHooks`, below."""
+`train_step` is pretraining's step, read top to bottom: it composes the engine's parts (cramming.engine.step,
+which GLUE fine-tuning and the benchmark run whole) and does pretraining's own work between them itself: the
+budget check between microbatches, the count of microbatches the budget clock reads, the non-finite counter."""
 
 from dataclasses import dataclass
 
@@ -10,7 +11,7 @@ import torch
 
 from cramming.engine.schedules import accumulation_steps, clip_threshold, fitted_batch_size, lr_multiplier
 from cramming.engine.step import Step
-from cramming.train.callbacks import Callback, CallbackList, TrainState
+from cramming.train.callbacks import CallbackList, TrainState
 from cramming.train.stopping import LocalAgreement
 
 
@@ -57,24 +58,20 @@ class Schedule:
                                   train.batch_ramp_fraction)
 
 
-class PretrainingHooks(CallbackList):
-    """Pretraining's callbacks, which are also its bodies for the step's named points: a budget that runs out ends
-    a step between microbatches (decided alike on every rank: cramming.train.stopping), each microbatch counts into
-    the progress (which a simulated budget clock reads), a non-finite step is counted on the device without a host
-    sync (cramming.train.nonfinite), and the callbacks (techniques among them) act at the rest."""
-
-    def __init__(self, callbacks: list[Callback], agreement: LocalAgreement):
-        super().__init__(callbacks)
-        self.agreement = agreement
-
-    def another_microbatch(self, state: TrainState) -> bool:
-        return not self.agreement.budget_ran_out()
-
-    def after_microbatch(self, state: TrainState) -> None:
-        state.progress.microbatches += 1
-
-    def judge(self, state: TrainState, loss_finite: torch.Tensor, gradient_finite: torch.Tensor) -> torch.Tensor:
-        return state.nonfinite.observe(loss_finite, gradient_finite, state.progress.step + 1)
+def train_step(state: TrainState, step: Step, agreement: LocalAgreement) -> None:
+    """One optimizer step of the accumulation state.accumulate plans, ended after fewer microbatches when the
+    budget runs out (decided alike on every rank: cramming.train.stopping). A step whose loss or gradients are not
+    finite is counted on the device, without a host sync (cramming.train.nonfinite), and changes nothing."""
+    step.begin(state)
+    while state.step_microbatches < state.accumulate and (state.step_microbatches == 0
+                                                          or not agreement.budget_ran_out()):
+        step.microbatch(state)
+        state.progress.microbatches += 1  # the position in the data stream, which a simulated budget clock reads
+    step.gradients(state)
+    gradient_finite = step.clip(state)
+    state.step_finite = state.nonfinite.observe(torch.isfinite(state.step_loss), gradient_finite,
+                                                state.progress.step + 1)
+    step.update(state, state.clock.paused_seconds)
 
 
 def run_loop(state: TrainState, step: Step, agreement: LocalAgreement, schedule: Schedule,
@@ -90,7 +87,7 @@ def run_loop(state: TrainState, step: Step, agreement: LocalAgreement, schedule:
         state.lr, state.accumulate = schedule.lr(state.fraction), schedule.accumulate(state.fraction)
         state.grad_clip = schedule.grad_clip(state.fraction)
         callbacks.before_step(state)
-        step.run(state, state.clock.paused_seconds)
+        train_step(state, step, agreement)
         if state.nonfinite.due(progress.step + 1):  # may stop a diverged run (nonfinite.NonFiniteSteps)
             state.nonfinite.settle(progress, progress.step + 1)
         progress.step += 1

@@ -135,8 +135,8 @@ HEARTBEAT_INTERVAL_S = 10.0
 
 
 class Heartbeat(Callback):
-    """Rank 0 writes {"elapsed", "step"} at most every `interval_s` seconds of the budget clock (checked at
-    every microbatch, so a long accumulation step is covered too)."""
+    """Rank 0 writes {"elapsed", "step"} at most every `interval_s` seconds of the budget clock, checked after
+    each step (never inside one: a crash mid-step loses that step's time uncharged, at most one step's)."""
 
     name = "heartbeat"
 
@@ -147,16 +147,15 @@ class Heartbeat(Callback):
     def on_train_start(self, state: TrainState) -> None:
         self._beat(state)
 
-    def after_forward(self, state: TrainState, batch: dict, loss: torch.Tensor, output) -> torch.Tensor:
-        if state.clock.elapsed - self.written_at >= self.interval_s:
+    def after_step(self, state: TrainState) -> None:
+        if state.progress.elapsed - self.written_at >= self.interval_s:
             self._beat(state)
-        return loss
 
     def on_train_end(self, state: TrainState, reason: str) -> None:
         self._beat(state)
 
     def _beat(self, state: TrainState) -> None:
-        self.written_at = state.clock.elapsed
+        self.written_at = state.progress.elapsed  # the budget clock where the last step ended
         write_atomically(self.path, json.dumps({"elapsed": round(self.written_at, 3), "step": state.progress.step}))
 
 

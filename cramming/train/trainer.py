@@ -34,11 +34,11 @@ from cramming.model import build_mlm_model, training_flops_per_token
 from cramming.provenance import config_sha256, provenance
 from cramming.runs import (CONFIG_FILE, FINAL, RunStart, new_run_dir, read_records, record_config, resolve_checkpoint,
                            resumed_run_dir, run_of)
-from cramming.train.callbacks import Callback, CallbackList, TrainState
+from cramming.train.callbacks import Callback, CallbackList, TrainState, step_points
 from cramming.train.checkpointing import Checkpointer, NonFiniteWeightsError
 from cramming.train.data_repeats import DataRepeats
 from cramming.train.distributed import Distributed, NodeHandoff
-from cramming.train.loop import PretrainingHooks, Schedule, run_loop
+from cramming.train.loop import Schedule, run_loop
 from cramming.train.microbatch import choose_microbatch
 from cramming.train.nonfinite import NonFiniteLossError, NonFiniteSteps, resume_advice
 from cramming.train.optimizers import build_pretraining_optimizer
@@ -244,9 +244,9 @@ def train_run(run: Run, callbacks: list[Callback], zero_shot: Callable | None, s
     # the plots' redraw after the checkpointer, whose newest checkpoint it follows
     plots = [PlotRefresh(lambda: checkpointer.newest)] if dist.is_main and cfg.logging.plots else []
     bar = [ProgressBar(logger, stopping)] if dist.is_main and use_bar(cfg.logging.progress) else []
-    callbacks = PretrainingHooks([*recorded.callbacks, *bar, *heartbeat, checkpointer, *plots], agreement)
+    callbacks = CallbackList([*recorded.callbacks, *bar, *heartbeat, checkpointer, *plots])
     step = Step(_network(model, settings, dist), run.optimizer, run.scaler, settings.precision, stream,
-                hooks=callbacks, grad_clip=cfg.train.optim.grad_clip, dist=dist)
+                points=step_points(callbacks.callbacks), grad_clip=cfg.train.optim.grad_clip, dist=dist)
 
     stop_reason, summary = "error", None
     start.done()

@@ -1,6 +1,6 @@
 """The training step on a GPU under CUDA's sync debug mode "error": any call that makes the host wait for
-the device inside the step (cramming.engine.step.Step.run) raises. The first step is left out (it allocates
-the optimizer state)."""
+the device inside the step (pretraining's cramming.train.loop.train_step, fine-tuning's Step.run) raises. The
+first step is left out (it allocates the optimizer state)."""
 
 import contextlib
 
@@ -10,6 +10,7 @@ import torch
 from cramming.engine.step import Step
 from cramming.train.callbacks import Callback
 from cramming.pretraining import pretrain
+from cramming.train import loop
 from tests.gpu.conftest import STEPS, TINY_GPU_RUN, summary
 from tests.train.runs import compose_config
 
@@ -34,16 +35,16 @@ class NanLossAt(Callback):
 
 @pytest.mark.parametrize("precision", [pytest.param("bf16", marks=pytest.mark.quick), "fp16"])
 def test_the_default_step_makes_no_host_sync_on_the_gpu(tmp_path, monkeypatch, precision):
-    guarded, run = [], Step.run
+    guarded, train_step = [], loop.train_step
 
-    def run_in_error_mode(step, state, *args):
+    def step_in_error_mode(state, *args):
         if state.progress.step == 0:
-            return run(step, state, *args)
+            return train_step(state, *args)
         with sync_errors():
-            run(step, state, *args)
+            train_step(state, *args)
         guarded.append(state.progress.step + 1)
 
-    monkeypatch.setattr(Step, "run", run_in_error_mode)
+    monkeypatch.setattr(loop, "train_step", step_in_error_mode)
     cfg = compose_config(TINY_GPU_RUN + STEPS + ["impl.compile=false", f"impl.precision={precision}",
                                                  f"output_dir={tmp_path}", f"cache_dir={tmp_path / 'cache'}"])
     run_dir = pretrain(cfg, callbacks=[NanLossAt(3)])

@@ -169,13 +169,13 @@ def test_resuming_a_checkpoint_from_elsewhere_writes_into_output_dir(shared_cach
 
 
 def test_a_heartbeat_is_written_while_training(shared_cache, tmp_path, monkeypatch):
-    monkeypatch.setattr(resume, "HEARTBEAT_INTERVAL_S", 0.0)  # a heartbeat at every microbatch
+    monkeypatch.setattr(resume, "HEARTBEAT_INTERVAL_S", 0.0)  # a heartbeat after every step
     with pytest.raises(KeyboardInterrupt):  # dies before step 6, long before its first checkpoint
         pretrain(compose_config(STEP_RUN + [f"output_dir={tmp_path}", "checkpoint.interval_minutes=100"]),
                  callbacks=[InterruptAt(6)])
     run_dir = only_run(tmp_path)
     beat = json.loads((run_dir / "heartbeat.json").read_text())
-    assert beat["step"] == 4 and 0 < beat["elapsed"] <= summary(run_dir)["training_s"]  # during step 5's microbatches
+    assert beat["step"] == 5 and 0 < beat["elapsed"] <= summary(run_dir)["training_s"]  # after step 5, the last
     assert not list((run_dir / "checkpoints").glob("*"))
 
 

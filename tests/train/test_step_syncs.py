@@ -6,9 +6,9 @@ import pytest
 
 from cramming.bench.host_sync import HostSyncError, no_host_sync
 from cramming.errors import CrammingError
-from cramming.engine.step import Step
 from cramming.train.callbacks import Callback
 from cramming.pretraining import pretrain
+from cramming.train import loop
 from tests.train.runs import STEP_RUN, TINY_RUN, compose_config, only_run, records, summary
 
 
@@ -24,15 +24,15 @@ class NanLossAt(Callback):
 
 @pytest.fixture
 def guarded_steps(monkeypatch) -> list[int]:
-    """Every Step.run inside no_host_sync(); the steps that ran so."""
-    guarded, run = [], Step.run
+    """Every step of the training loop (train_step) inside no_host_sync(); the steps that ran so."""
+    guarded, train_step = [], loop.train_step
 
-    def run_without_a_sync(step, state, *args):
+    def step_without_a_sync(state, *args):
         with no_host_sync():
-            run(step, state, *args)
+            train_step(state, *args)
         guarded.append(state.progress.step + 1)
 
-    monkeypatch.setattr(Step, "run", run_without_a_sync)
+    monkeypatch.setattr(loop, "train_step", step_without_a_sync)
     return guarded
 
 

@@ -177,10 +177,9 @@ def profile_steps(tmp_path, monkeypatch, overrides: list[str]) -> tuple[set[str]
 
 
 # What one step of the default recipe enters, the model and the data aside: the loop's step function, the engine's
-# step and its precision and lr setting, the budget check and its clock, the non-finite counter.
+# step and its precision, the budget check and its clock, the non-finite counter.
 DEFAULT_STEP_FILES = {"cramming/train/loop.py", "cramming/engine/step.py", "cramming/engine/precision.py",
-                      "cramming/engine/schedules.py", "cramming/train/stopping.py", "cramming/train/progress.py",
-                      "cramming/train/nonfinite.py"}
+                      "cramming/train/stopping.py", "cramming/train/progress.py", "cramming/train/nonfinite.py"}
 
 
 def test_a_pretraining_step_calls_only_downward(tmp_path, monkeypatch):

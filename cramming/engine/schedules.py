@@ -1,24 +1,13 @@
 """The schedules, functions of the progress fraction f in [0, 1]: the learning rate's multiplier (pretraining
-drives f by its budget clock or max_steps, GLUE by its steps) and pretraining's batch ramp; and how a learning
-rate is set on an optimizer."""
+drives f by its budget clock or max_steps, GLUE by its steps) and pretraining's batch ramp."""
 
 import math
-
-import torch
 
 from cramming.errors import CrammingError
 
 LR_SCHEDULES = ("triangle", "constant", "linear", "cosine", "wsd", "one-cycle", "inverse-sqrt")
 WSD_DECAY_FRACTION = 0.2  # wsd decays linearly to zero over the last fifth of training
 ONE_CYCLE_START, ONE_CYCLE_END = 1 / 25, 1 / 25 / 1e4  # torch OneCycleLR's div_factor and final_div_factor
-
-
-def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    for group in optimizer.param_groups:
-        if torch.is_tensor(group["lr"]):  # torchao's low-bit optimizers keep it a tensor (their compiled step reads it)
-            group["lr"].fill_(lr)
-        else:
-            group["lr"] = lr
 
 
 def check_lr_schedule(schedule: str, key: str = "train.lr_schedule") -> None:

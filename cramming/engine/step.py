@@ -17,7 +17,6 @@ import torch
 
 from cramming.data.stream import SAMPLE_KEYS
 from cramming.engine.precision import Precision
-from cramming.engine.schedules import set_lr
 
 
 @dataclass(kw_only=True)
@@ -216,6 +215,15 @@ class Step:
         self.timing["data_s"] += data_wait
         first_ended, paused_then = self._first_ended
         self.timing["window_s"] = ended - first_ended - (paused_seconds - paused_then)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """The step's learning rate on every parameter group."""
+    for group in optimizer.param_groups:
+        if torch.is_tensor(group["lr"]):  # torchao's low-bit optimizers keep it a tensor (their compiled step reads it)
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
 
 
 def skips_on_device(optimizer: torch.optim.Optimizer) -> bool:

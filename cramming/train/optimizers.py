@@ -175,7 +175,7 @@ class Muon(Optimizer):
 class AdamW8bit(Optimizer):
     """torchao's AdamW with block-wise 8-bit moments (Dettmers et al. 2022), CUDA only: 2 bytes of state per
     parameter instead of 8. Matrices of 4096 or more values (a multiple of the 256-value block) get 8-bit states,
-    the rest fp32. Its learning rate is a tensor in each group (cramming.engine.schedules.set_lr fills it in place)."""
+    the rest fp32. Its learning rate is a tensor in each group (cramming.engine.step.set_lr fills it in place)."""
 
     name = "adamw8bit"
     keys = ("lr", "betas", "eps", "weight_decay")

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from cramming.model import build_mlm_model
 from cramming.pretraining import pretrain
-from cramming.engine.schedules import set_lr
+from cramming.engine.step import set_lr
 from cramming.train.checkpointing import finite_optimizer_state
 from cramming.train.optimizers import build_pretraining_optimizer
 from cramming.train.techniques.fp8 import convert_to_fp8, fp8_problem

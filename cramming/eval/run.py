@@ -98,7 +98,7 @@ def run_glue(eval_cfg: Any, checkpoint: str | Path, output_dir: str | Path,
     if cfg.predict_test:
         # GLUE's archive always (a warning when no task wrote a file for it), and each other leaderboard's whose
         # tasks ran: results["submission"], results["superglue_submission"]
-        for server in ["GLUE", *sorted({task.leaderboard for task in tasks} - {"GLUE"})]:
+        for server in ["GLUE", *sorted({task.leaderboard for task in tasks} - {"GLUE", None})]:
             key = "submission" if server == "GLUE" else f"{server.lower()}_submission"
             results[key] = zip_submission(Path(output_dir), server)
     write_reports(results, Path(output_dir))

@@ -87,3 +87,16 @@ def test_json_holds_the_results(tmp_path):
     results = _results()
     write_reports(results, tmp_path)
     assert json.loads((tmp_path / "glue_results.json").read_text()) == results
+
+
+def test_only_tasks_a_server_scores_name_a_leaderboard():
+    """GLUE's nine zip for GLUE and SuperGLUE's for SuperGLUE; RACE, SWAG and local tasks name none, so they do not
+    inherit one by mistake."""
+    from cramming.eval.tasks.glue import GlueTask
+    from cramming.eval.tasks.registry import TASKS
+    from cramming.eval.tasks.superglue import SuperGlueTask
+
+    for task in TASKS:
+        expected = "GLUE" if issubclass(task, GlueTask) else "SuperGLUE" if issubclass(task, SuperGlueTask) else None
+        assert task.leaderboard == expected, task.name
+    assert {task.name for task in TASKS if task.leaderboard is None} >= {"race", "swag", "local"}

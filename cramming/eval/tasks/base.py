@@ -77,7 +77,9 @@ class Task(ABC):
     eval_splits: tuple[EvalSplit, ...]
     metric: str
     in_glue = False
-    leaderboard = "GLUE"  # the server its test predictions are zipped for (eval.predict_test; submission.SERVERS)
+    # the server its test predictions are zipped for (eval.predict_test; submission.SERVERS); None: no leaderboard
+    # takes them (RACE, SWAG, local tasks), and each task that has one names it (GlueTask, SuperGlueTask)
+    leaderboard: str | None = None
     # Its own keys, at their paths under `eval` (eval.local): the registry adds them to the section's schema
     settings: tuple[Setting, ...] = ()
 

@@ -35,6 +35,8 @@ class GlueTask(TextClassification):
     """One of GLUE's nine: a subclass names, besides a text classification's attributes, its `folder` of the classic
     layout and its `hub_text_columns`; its `name` is also the hub config's."""
 
+    leaderboard = "GLUE"
+
     folder: str  # directory of the classic GLUE layout
     eval_splits: tuple[GlueSplit, ...]
     hub_text_columns: tuple[str, Optional[str]]  # (first segment, second segment or None)

@@ -210,8 +210,8 @@ def closed_port() -> int:
 
 
 def test_the_wandb_probe_tells_an_answer_from_a_refusal_and_from_silence_in_bounded_time(closed_port, monkeypatch):
-    import cramming.preflight
-    from cramming.preflight import wandb_unreachable
+    import cramming.preflight.checks
+    from cramming.preflight.checks import wandb_unreachable
 
     server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # answers 501 to HEAD
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -220,7 +220,7 @@ def test_the_wandb_probe_tells_an_answer_from_a_refusal_and_from_silence_in_boun
     server.shutdown()
     monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_port}")
     assert "Connection refused" in wandb_unreachable()
-    monkeypatch.setattr(cramming.preflight, "WANDB_PROBE_SECONDS", 0.2)
+    monkeypatch.setattr(cramming.preflight.checks, "WANDB_PROBE_SECONDS", 0.2)
     with socket.socket() as silent:  # accepts connections (the kernel's backlog) and never answers
         silent.bind(("127.0.0.1", 0))
         silent.listen(1)
@@ -272,7 +272,8 @@ def test_a_microbatch_that_does_not_fit_is_named(monkeypatch):
     """The GPU's out-of-memory, which a CPU cannot produce on demand, raised by the trial's backward."""
     import cramming.engine.step
     from cramming import compose_config
-    from cramming.preflight import device_and_budget, trial_microbatch
+    from cramming.preflight.checks import device_and_budget
+    from cramming.preflight.plan import trial_microbatch
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -286,24 +287,24 @@ def test_a_microbatch_that_does_not_fit_is_named(monkeypatch):
 
 def test_a_long_run_is_planned_in_strides_within_a_percent_of_step_by_step(monkeypatch):
     """The plan of the longest budget (1e6 GPU-hours) simulates a bounded number of strides, not a billion steps."""
-    import cramming.preflight
+    import cramming.preflight.plan
     from cramming import compose_config
-    from cramming.preflight import Trial, _simulated
+    from cramming.preflight.plan import Trial, _simulated
 
     cfg, trial = compose_config("quickstart", ["budget=100"]), Trial(32, "cpu profile", 1.0, 0.9, "cpu")
     tokens, steps, _ = _simulated(cfg, trial, 100 * 3600)
-    monkeypatch.setattr(cramming.preflight, "SIMULATED_STEPS", 1000)
+    monkeypatch.setattr(cramming.preflight.plan, "SIMULATED_STEPS", 1000)
     strided_tokens, strided_steps, record = _simulated(cfg, trial, 100 * 3600)
     assert len(record) < 2000 and strided_tokens == tokens and strided_steps == pytest.approx(steps, rel=0.01)
 
 
 def test_the_memory_check_reads_the_gpus_own_memory(monkeypatch):
     """The CUDA branch, reached without a GPU: a card of 1 MB cannot hold the quick start's model."""
-    import cramming.preflight
+    import cramming.preflight.checks
     from cramming import compose_config
-    from cramming.preflight import check_memory
+    from cramming.preflight.checks import check_memory
 
-    monkeypatch.setattr(cramming.preflight, "device_type", lambda cfg: "cuda")
+    monkeypatch.setattr(cramming.preflight.checks, "device_type", lambda cfg: "cuda")
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: types.SimpleNamespace(total_memory=10**6))
     with pytest.raises(CrammingError, match=r"^memory: the model of arch has \S+ parameters, whose fp32 weights, "
                                             r"gradients and adamw's state need about \S+ MB, and cuda has 1 MB"):
@@ -312,7 +313,7 @@ def test_the_memory_check_reads_the_gpus_own_memory(monkeypatch):
 
 def test_the_disk_estimate_counts_every_kept_checkpoint(tmp_path):
     from cramming import compose_config
-    from cramming.preflight import disk_needs
+    from cramming.preflight.checks import disk_needs
 
     cfg = compose_config("quickstart", [f"output_dir={tmp_path}", "checkpoint.keep_last=3",
                                         "checkpoint.keep_at=[0.1,0.2]"])

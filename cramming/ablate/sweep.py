@@ -23,7 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 from cramming import as_group_choices
 from cramming.errors import CrammingError, require
 from cramming.files import folder_name, read_json_object, write_atomically
-from cramming.preflight import offline_if_unreachable, run_problems
+from cramming.preflight.checks import offline_if_unreachable, run_problems
 from cramming.pretraining import PretrainConfig, pretrain  # noqa: F401  (PretrainConfig registers the pretraining schemas)
 from cramming.train.plots import plot_comparison
 

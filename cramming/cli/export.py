@@ -59,7 +59,7 @@ class ExportConfig:
     def _check_glue(self) -> None:
         if self.quantize_eval_task is not None:
             from cramming.eval.tasks.registry import GlueConfig  # noqa: PLC0415 -- torch, for quantize_eval_task only
-            from cramming.preflight import check_glue_data  # noqa: PLC0415 -- as above
+            from cramming.preflight.checks import check_glue_data  # noqa: PLC0415 -- as above
 
             check_glue_data(GlueConfig(tasks=[self.quantize_eval_task], data_dir=self.glue_dir, skip_missing=True),
                             "glue_dir")  # the task's dev splits that have files are scored

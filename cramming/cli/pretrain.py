@@ -17,7 +17,8 @@ from hydra.core.hydra_config import HydraConfig
 
 from cramming.cli import hydra_command, sweep_job_dir
 from cramming.cli.resume import resumed_config
-from cramming.preflight import check_run, offline_if_unreachable, preflight
+from cramming.preflight.checks import check_run, offline_if_unreachable
+from cramming.preflight.plan import preflight
 from cramming.pretraining import (  # registers the config schemas
     PretrainConfig,
     pretrain,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import cramming.preflight
+import cramming.preflight.checks
 
 from cramming.errors import describe_os_error
 from cramming.files import WriteFailed, write_atomically
@@ -69,7 +69,7 @@ def test_a_full_disk_stops_at_the_failed_checkpoint_and_the_run_resumes_in_place
     assert not (run_dir / "checkpoints" / "step-00000007").exists() and hashes(previous) == before
 
     # the disk fills after the start (another writer): the start's check passes, the checkpoint's write fails
-    monkeypatch.setattr(cramming.preflight, "check_disk", lambda needs: None)
+    monkeypatch.setattr(cramming.preflight.checks, "check_disk", lambda needs: None)
     run = in_process("pretrain", f"resume={run_dir}")
     assert run.returncode == 2 and "Traceback" not in run.stderr + run.stdout
     last = run.stderr.strip().splitlines()[-1]

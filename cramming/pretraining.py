@@ -16,7 +16,7 @@ from cramming.data.sources import DataConfig, check_data_config
 from cramming.errors import problems_of, raise_problems, require
 from cramming.eval.probe import ZeroShotProbe
 from cramming.eval.tasks.registry import GlueConfig, as_glue_config, check_glue_config
-from cramming.hardware import GpuProfile, check_budget
+from cramming.engine.hardware import GpuProfile, check_budget
 from cramming.model.config import ModelConfig, as_model_config
 from cramming.runs import FINAL, check_run_name
 from cramming.train.callbacks import Callback
@@ -26,7 +26,7 @@ from cramming.train.techniques import check_techniques, fill_arch_needs
 if TYPE_CHECKING:
     from cramming.train.trainer import Trained
 
-BUDGET_SCALINGS = ("none", "peak")  # cramming.hardware.budget_seconds
+BUDGET_SCALINGS = ("none", "peak")  # cramming.engine.hardware.budget_seconds
 
 log = logging.getLogger("pretrain")
 

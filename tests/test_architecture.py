@@ -18,7 +18,7 @@ LAYERS = (
     ("pretraining",),
     ("train", "eval"),
     ("engine", "model"),
-    ("data", "hardware", "runs", "provenance"),
+    ("data", "runs", "provenance"),
     ("cramming",),  # the package's own __init__: its version and where configs/ is
     ("files", "threads", "library_noise", "plugin_keys", "phase_progress", "hub"),
     ("errors",),

@@ -80,7 +80,7 @@ def test_the_calculators_compiled_fit_compiles_each_shape_statically(compiled_gr
     size of a model was traced with a dynamic batch dimension without the reset (and a ninth model ran eagerly)."""
     from cramming.calculator.config import CalculatorConfig, FitGrid
     from cramming.calculator.measure import fit_speed
-    from cramming.hardware import known_profiles
+    from cramming.engine.hardware import known_profiles
 
     grid = FitGrid(depths=[1, 2], widths=[32], batches=[2, 3], compile=True, steps=1)
     cfg = CalculatorConfig(gpu=known_profiles()["cpu"], fit_grid=grid, vocab_size=128, seq_length=32,

@@ -28,7 +28,7 @@ from cramming.data.vocab import SPECIAL_TOKENS
 from cramming.engine.device import prepare_device, resolve_device
 from cramming.errors import CrammingError
 from cramming.engine.precision import Precision
-from cramming.hardware import DTYPES, known_profiles, matching_profile, model_flops_utilization
+from cramming.engine.hardware import DTYPES, known_profiles, matching_profile, model_flops_utilization
 from cramming.model import ModelConfig, build_mlm_model, training_flops_per_token
 from cramming.model.config import as_model_config
 from cramming.provenance import cpu_model

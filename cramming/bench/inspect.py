@@ -6,7 +6,7 @@ from collections import Counter
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from cramming.hardware import DTYPES
+from cramming.engine.hardware import DTYPES
 
 # the operator each of scaled_dot_product_attention's fused kernels runs as (the math fallback runs as matmuls)
 SDPA_KERNELS = {"_scaled_dot_product_flash_attention": "flash",

@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from cramming.hardware import DTYPES
+from cramming.engine.hardware import DTYPES
 from cramming.model import ModelConfig
 
 Shape = tuple[int, int, int]  # (M, K, N): an (M, K) by (K, N) product

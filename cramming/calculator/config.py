@@ -7,7 +7,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from cramming.errors import CrammingError
-from cramming.hardware import GpuProfile
+from cramming.engine.hardware import GpuProfile
 
 
 @dataclass

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from cramming.bench.timing import time_training
 from cramming.errors import CrammingError
 from cramming.files import read_json_object
-from cramming.hardware import GpuProfile, card_profile_name, check_profile, known_profiles
+from cramming.engine.hardware import GpuProfile, card_profile_name, check_profile, known_profiles
 from cramming.model import ModelConfig
 from cramming.model.config import as_model_config
 

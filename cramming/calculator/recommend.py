@@ -12,7 +12,7 @@ from cramming.calculator.loss_model import (SizeRule, check_same_data, expand_ru
 from cramming.calculator.measure import BASE, check, check_run, fit_speed, read_run_speed
 from cramming.calculator.speed_model import non_embedding_parameters, resolve_speed_model
 from cramming.errors import CrammingError
-from cramming.hardware import known_profiles, resolve_auto
+from cramming.engine.hardware import known_profiles, resolve_auto
 from cramming.model import training_flops_per_token
 
 

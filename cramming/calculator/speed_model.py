@@ -20,7 +20,7 @@ from scipy.optimize import least_squares
 
 from cramming.errors import CrammingError
 from cramming.files import read_json_object, write_atomically
-from cramming.hardware import GpuProfile
+from cramming.engine.hardware import GpuProfile
 from cramming.model import ModelConfig, training_flops_per_token
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from cramming.errors import CrammingError
-from cramming.hardware import DTYPES
+from cramming.engine.hardware import DTYPES
 
 
 @dataclass(frozen=True)

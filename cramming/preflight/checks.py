@@ -33,7 +33,7 @@ from cramming.errors import CrammingError, problems_of, raise_problems, size_tex
 from cramming.eval.start import check_glue_after_pretraining
 from cramming.eval.tasks.registry import as_glue_config, requested_tasks
 from cramming.files import check_directory
-from cramming.hardware import budget_seconds
+from cramming.engine.hardware import budget_seconds
 from cramming.model import build_mlm_model
 from cramming.model.config import as_model_config
 from cramming.model.shapes import shapes_only

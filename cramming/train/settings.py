@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from cramming.engine.device import resolve_device
 from cramming.engine.precision import Precision
 from cramming.errors import CrammingError
-from cramming.hardware import GpuProfile, check_profile, known_profiles, resolve_auto, warn_if_mismatched
+from cramming.engine.hardware import GpuProfile, check_profile, known_profiles, resolve_auto, warn_if_mismatched
 
 
 @dataclass

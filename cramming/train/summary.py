@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from cramming.files import write_atomically
-from cramming.hardware import model_flops_utilization
+from cramming.engine.hardware import model_flops_utilization
 from cramming.runs import read_records
 from cramming.phase_progress import duration_text
 from cramming.threads import BUSY_FROM, measured_share

@@ -29,7 +29,7 @@ from cramming.data.tokenizer import as_transformers_tokenizer, load_tokenizer
 from cramming.engine.device import deterministic_algorithms, prepare_device
 from cramming.engine.step import Step
 from cramming.files import WriteFailed, write_atomically
-from cramming.hardware import GpuProfile, budget_seconds
+from cramming.engine.hardware import GpuProfile, budget_seconds
 from cramming.model import build_mlm_model, training_flops_per_token
 from cramming.provenance import config_sha256, provenance
 from cramming.runs import (CONFIG_FILE, FINAL, RunStart, new_run_dir, read_records, record_config, resolve_checkpoint,

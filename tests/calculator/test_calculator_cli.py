@@ -15,7 +15,7 @@ from cramming.calculator.measure import local_device
 from cramming.calculator.report import why_recommended
 from cramming.calculator.speed_model import SpeedConstants, SpeedModel, save_measurement
 from cramming.errors import CrammingError
-from cramming.hardware import known_profiles
+from cramming.engine.hardware import known_profiles
 from cramming.model import ModelConfig
 from cramming.model.config import as_model_config
 from tests.commands import in_process

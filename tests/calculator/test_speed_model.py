@@ -9,7 +9,7 @@ from cramming.calculator.speed_model import (V100_REFERENCE, SpeedConstants, Spe
                                              load_measurement, resolve_speed_model, save_measurement,
                                              speed_formula)
 from cramming.errors import CrammingError
-from cramming.hardware import known_profiles
+from cramming.engine.hardware import known_profiles
 
 TRUE = SpeedConstants(k=3.0e6, a=1.4, b=2.5, c=0.9)
 

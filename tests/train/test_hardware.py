@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from cramming.errors import CrammingError
-from cramming.hardware import (GpuProfile, budget_seconds, check_profile, known_profiles, matching_profile,
+from cramming.engine.hardware import (GpuProfile, budget_seconds, check_profile, known_profiles, matching_profile,
                                model_flops_utilization, resolve_auto, warn_if_mismatched)
 
 REQUIRED = {"2080ti", "3060ti", "a4000", "a6000", "v100", "a100", "h100", "h200", "cpu"}

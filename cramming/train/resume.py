@@ -1,7 +1,7 @@
 """Resuming a run: restoring it from a checkpoint (its trainer state loaded with `torch.load(weights_only=True)`,
 so no code is ever unpickled; the settings a resume must share with it, its fingerprint; the model, optimizer,
-loss scaler and RNG put back as they were), and charging it the training a crash lost after that checkpoint,
-which rank 0's heartbeat file shows.
+loss scaler and RNG put back as they were), the directory it goes on writing in (`run_directory`), and charging
+it the training a crash lost after that checkpoint, which rank 0's heartbeat file shows.
 """
 
 import copy
@@ -22,10 +22,11 @@ from cramming.files import write_atomically
 from cramming.model import build_mlm_model
 from cramming.model.checkpoint import check_declared_shapes, declared_sizes, load_weights, read_weights
 from cramming.model.config import ModelConfig, as_model_config
-from cramming.runs import STATE_FILE, differences, flatten
+from cramming.runs import STATE_FILE, differences, flatten, new_run_dir, read_records, resumed_run_dir
 from cramming.train.callbacks import Callback, TrainState
 from cramming.train.checkpointing import finite_optimizer_state
 from cramming.train.config import TrainConfig
+from cramming.train.distributed import Distributed
 from cramming.train.progress import Progress
 
 log = logging.getLogger("pretrain")
@@ -173,3 +174,26 @@ def charge_lost_time(run_dir: Path, progress: Progress) -> float:
         progress.lost_to_crashes += lost
         log.warning("resume: %.1f s of training after the checkpoint were lost; charged to the budget", lost)
     return lost
+
+
+def run_directory(cfg, dist: Distributed, checkpoint: Path | None, progress: Progress) -> Path:
+    """Where the run writes (cramming.runs.resumed_run_dir): a resumed run goes on in its own directory, charged
+    the training a crash lost after the checkpoint; a new run, or one resumed from a checkpoint elsewhere, gets a
+    new directory (the latter with the records up to its step)."""
+    run_dir = None
+    if dist.is_main:
+        run_dir = resumed_run_dir(cfg.output_dir, cfg.name, checkpoint)
+        if run_dir is not None:
+            charge_lost_time(run_dir, progress)
+        else:
+            run_dir = new_run_dir(cfg.output_dir, cfg.name)
+            if checkpoint is not None:
+                earlier = [r for r in read_records(checkpoint.parent.parent / "metrics.jsonl")
+                           if r["step"] <= progress.step]
+                write_atomically(run_dir / "metrics.jsonl", "".join(json.dumps(record) + "\n" for record in earlier))
+                log.info("resuming into a new run directory %s (the checkpoint's is outside %s)", run_dir,
+                         (Path(cfg.output_dir) / cfg.name).resolve())
+    run_dir = Path(dist.broadcast(str(run_dir) if run_dir else None))
+    progress.elapsed = dist.broadcast(progress.elapsed)  # the time charged on rank 0, on every rank
+    progress.lost_to_crashes = dist.broadcast(progress.lost_to_crashes)
+    return run_dir

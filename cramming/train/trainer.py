@@ -11,7 +11,6 @@ is built from, and the order they are wired in, in one place.
 import contextlib
 import dataclasses
 import gc
-import json
 import logging
 import sys
 import time
@@ -28,12 +27,12 @@ from cramming.data.stream import Microbatches
 from cramming.data.tokenizer import as_transformers_tokenizer, load_tokenizer
 from cramming.engine.device import deterministic_algorithms, prepare_device
 from cramming.engine.step import Step
-from cramming.files import WriteFailed, write_atomically
+from cramming.files import WriteFailed
 from cramming.engine.hardware import GpuProfile, budget_seconds
 from cramming.model import build_mlm_model, training_flops_per_token
 from cramming.provenance import config_sha256, provenance
-from cramming.runs import (CONFIG_FILE, FINAL, RunStart, new_run_dir, read_records, record_config, resolve_checkpoint,
-                           resumed_run_dir, run_of)
+from cramming.runs import (CONFIG_FILE, FINAL, RunStart, record_config, resolve_checkpoint,
+                           run_of)
 from cramming.train.callbacks import Callback, CallbackList, TrainState, step_points
 from cramming.train.checkpointing import Checkpointer, NonFiniteWeightsError
 from cramming.train.data_repeats import DataRepeats
@@ -46,8 +45,8 @@ from cramming.train.plots import PlotRefresh
 from cramming.train.progress import BudgetClock, Progress, time_source
 from cramming.train.progress_bar import ProgressBar, use_bar
 from cramming.train.reporting import MetricsLog, MetricsLogger, WandbLogger, format_duration
-from cramming.train.resume import (Heartbeat, charge_lost_time, check_resumed_model, load_state, restore,
-                                   resume_fingerprint)
+from cramming.train.resume import (Heartbeat, check_resumed_model, load_state, restore, resume_fingerprint,
+                                   run_directory)
 from cramming.train.settings import Settings, device_profile, resolve_settings
 from cramming.train.signals import Interrupted
 from cramming.train.stopping import LocalAgreement, StoppingRule
@@ -188,7 +187,7 @@ def build_run(cfg, dist: Distributed, start: RunStart) -> Run:
         progress = restore(checkpoint, saved, fingerprint, cfg.resume, model, optimizer, scaler, settings.device)
         log.info("resuming %s at step %d, %s of budget used", checkpoint, progress.step,
                  format_duration(progress.elapsed))
-    run_dir = _run_directory(cfg, dist, checkpoint, progress)
+    run_dir = run_directory(cfg, dist, checkpoint, progress)
     if dist.is_main:
         start.directory = run_dir
         record_config(run_dir, cfg, earlier_run=run_of(checkpoint) if checkpoint else None)  # appended
@@ -323,29 +322,6 @@ def _validation(cfg, dataset: PreparedDataset, tokenizer, settings: Settings, di
         log.info("zero-shot at each validation: %s (train.validation.zero_shot=false turns it off)", probe.describe())
     return [Validation(dataset, cfg.train.mlm_rate, settings.precision, dist, agreement, list(rule.fractions), early,
                        probe)]
-
-
-def _run_directory(cfg, dist: Distributed, checkpoint: Path | None, progress: Progress) -> Path:
-    """Where the run writes (cramming.runs.resumed_run_dir): a resumed run goes on in its own directory, charged
-    the training a crash lost after the checkpoint; a new run, or one resumed from a checkpoint elsewhere, gets a
-    new directory (the latter with the records up to its step)."""
-    run_dir = None
-    if dist.is_main:
-        run_dir = resumed_run_dir(cfg.output_dir, cfg.name, checkpoint)
-        if run_dir is not None:
-            charge_lost_time(run_dir, progress)
-        else:
-            run_dir = new_run_dir(cfg.output_dir, cfg.name)
-            if checkpoint is not None:
-                earlier = [r for r in read_records(checkpoint.parent.parent / "metrics.jsonl")
-                           if r["step"] <= progress.step]
-                write_atomically(run_dir / "metrics.jsonl", "".join(json.dumps(record) + "\n" for record in earlier))
-                log.info("resuming into a new run directory %s (the checkpoint's is outside %s)", run_dir,
-                         (Path(cfg.output_dir) / cfg.name).resolve())
-    run_dir = Path(dist.broadcast(str(run_dir) if run_dir else None))
-    progress.elapsed = dist.broadcast(progress.elapsed)  # the time charged on rank 0, on every rank
-    progress.lost_to_crashes = dist.broadcast(progress.lost_to_crashes)
-    return run_dir
 
 
 def _release_network(step: Step) -> None:

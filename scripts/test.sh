@@ -12,7 +12,7 @@ test suite offline, one worker per core (at most 4).
   --locked           install the exact versions CI tests (requirements/lock-cpu.txt), not the ranges
   pytest arguments   passed on: a test file or node id, -k EXPRESSION, -m "not slow", -x, ...
                      (pytest's own options: python3 -m pytest --help)
-The whole suite takes about 22 minutes on 2 cores; -m "not slow" leaves out the end-to-end runs.
+The whole suite takes 11 to 22 minutes on 2 cores; -m "not slow" leaves out the end-to-end runs.
 USAGE
   exit 0
 fi

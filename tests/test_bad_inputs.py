@@ -370,6 +370,9 @@ CASES = [  # (command, arguments, what the one line must contain)
      "run lion sets budget=2; the budget belongs in `base`"),
     ("ablate", ["sweep=smoke", "sweep.runs.wsd=['train.bogus=1']", "output_dir={root}/ab-bogus"],
      "sweep smoke, run wsd: "),
+    ("ablate", ["sweep=smoke", 'overrides=["data.files=corpus/train-00[01].txt.gz"]', "output_dir={root}/ab-glob"],
+     "(in 'data.files=corpus/train-00[01].txt.gz': quote the value, data.files='corpus/train-00[01].txt.gz', inside "
+     "the list's own quotes)"),
 ]
 
 

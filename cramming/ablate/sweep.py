@@ -16,7 +16,8 @@ from typing import Optional
 from hydra import compose
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import HydraException
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, OverrideParseException
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -67,6 +68,19 @@ def check_sweep(name: str, sweep: SweepConfig) -> None:
                                 "the same for every run")
 
 
+def _unreadable(overrides: list[str]) -> str:
+    """Which override Hydra's grammar cannot read, and the quoted form it reads: a value such as a glob with [01]
+    in it reads as a list unless quoted."""
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_overrides([override])
+        except OverrideParseException:
+            key, _, value = override.partition("=")
+            return f" (in {override!r}: quote the value, {key}='{value}', inside the list's own quotes)"
+    return ""
+
+
 def run_sweep(cfg: AblateConfig) -> Path:
     """Every run of the sweep (finished ones skipped), then <output_dir>/ablations.md and loss_overlay.png."""
     name = HydraConfig.get().runtime.choices["sweep"]
@@ -85,7 +99,8 @@ def run_sweep(cfg: AblateConfig) -> Path:
         try:
             planned[label] = compose("pretrain", overrides=as_group_choices(everything))
         except (HydraException, OmegaConfBaseException) as error:
-            raise CrammingError(f"sweep {name}, run {label}: {str(error).splitlines()[0]}") from None
+            raise CrammingError(f"sweep {name}, run {label}: {str(error).splitlines()[0]}{_unreadable(everything)}") \
+                from None
     problems = [f"run {label}: {problem}" for label, plan in planned.items() if not isinstance(plan, Path)
                 for problem in run_problems(plan)]  # the whole of every run, before the first trains
     if problems:

@@ -8,7 +8,7 @@ checkpoints and validation are callbacks; a training technique is one too, with 
 (cramming.train.techniques.base.Technique).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -87,7 +87,8 @@ class Callback:
         """Restore what state_dict returned (only called when it returned something)."""
 
 
-STEP_POINTS = ("after_forward", "after_gradients", "before_optimizer_step", "after_optimizer_step")
+# the points inside a step: StepPoints' lists of bound methods
+STEP_POINTS = tuple(point.name for point in fields(StepPoints) if point.name != "keeps_batches")
 
 
 def step_points(callbacks: list[Callback]) -> StepPoints | None:

@@ -177,9 +177,9 @@ def profile_steps(tmp_path, monkeypatch, overrides: list[str]) -> tuple[set[str]
 
 
 # What one step of the default recipe enters, the model and the data aside: the loop's step function, the engine's
-# step and its precision, the budget check and its clock, the non-finite counter.
-DEFAULT_STEP_FILES = {"cramming/train/loop.py", "cramming/engine/step.py", "cramming/engine/precision.py",
-                      "cramming/train/stopping.py", "cramming/train/progress.py", "cramming/train/nonfinite.py"}
+# step, the budget check (with its clock), the non-finite counter. At most four: what a reader of the step opens.
+DEFAULT_STEP_FILES = {"cramming/train/loop.py", "cramming/engine/step.py", "cramming/train/stopping.py",
+                      "cramming/train/nonfinite.py"}
 
 
 def test_a_pretraining_step_calls_only_downward(tmp_path, monkeypatch):
@@ -188,7 +188,7 @@ def test_a_pretraining_step_calls_only_downward(tmp_path, monkeypatch):
     cramming/train/. The heartbeat and the metrics run after the step, not inside it."""
     entered, upward = profile_steps(tmp_path, monkeypatch, [])
     assert upward == set()
-    assert entered == DEFAULT_STEP_FILES
+    assert entered == DEFAULT_STEP_FILES and len(entered) <= 4
 
 
 def test_with_sam_on_the_step_enters_only_the_technique_itself(tmp_path, monkeypatch):

@@ -75,6 +75,7 @@ class Step:
                  precision: Precision, batches: Iterator[dict], *, points: StepPoints | None = None,
                  grad_clip: float | None = None, skip_nonfinite: bool = True, dist: Ranks | None = None):
         self.network, self.optimizer, self.scaler, self.precision = network, optimizer, scaler, precision
+        self.autocast = precision.autocast()  # entered anew for each microbatch
         self.batches, self.points = batches, points or StepPoints()
         self.grad_clip, self.skip_nonfinite = grad_clip, skip_nonfinite
         self.dist = dist if dist is not None and dist.enabled else None
@@ -188,7 +189,7 @@ class Step:
                     loss = after_forward(state, batch, loss, output)
                 return loss
         with sync:
-            loss = backward(self.network, inputs, self.precision, self.scaler, divisor=state.accumulate,
+            loss = backward(self.network, inputs, self.autocast, self.scaler, divisor=state.accumulate,
                             on_output=on_output)
         return loss / state.accumulate
 
@@ -231,12 +232,13 @@ def skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
     return getattr(optimizer, "_step_supports_amp_scaling", False)
 
 
-def backward(model: torch.nn.Module, batch: dict, precision: Precision, scaler: torch.amp.GradScaler, *,
-             divisor: int = 1, on_output: Callable | None = None) -> torch.Tensor:
-    """One forward under the precision's autocast and one backward of loss / divisor (the gradient adds up as
-    1/divisor of the step's). `on_output(output)` may replace the loss; it runs under autocast too. Returns the
-    loss, detached (on the device: reading it would wait). The microbatch search's trial runs it alone."""
-    with precision.autocast():
+def backward(model: torch.nn.Module, batch: dict, autocast: contextlib.AbstractContextManager,
+             scaler: torch.amp.GradScaler, *, divisor: int = 1, on_output: Callable | None = None) -> torch.Tensor:
+    """One forward under `autocast` (a Precision's, cramming.engine.precision) and one backward of loss / divisor
+    (the gradient adds up as 1/divisor of the step's). `on_output(output)` may replace the loss; it runs under
+    autocast too. Returns the loss, detached (on the device: reading it would wait). The microbatch search's trial
+    runs it alone."""
+    with autocast:
         output = model(**batch)
         loss = output.loss if on_output is None else on_output(output)
     scaler.scale(loss / divisor).backward()

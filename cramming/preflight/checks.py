@@ -39,7 +39,7 @@ from cramming.model.config import as_model_config
 from cramming.model.shapes import shapes_only
 from cramming.pretraining import PretrainConfig
 from cramming.train.optimizers import NAMES
-from cramming.train.progress import simulated_microbatch_seconds
+from cramming.train.stopping import simulated_microbatch_seconds
 from cramming.train.settings import device_profile, device_type, resolve_settings
 from cramming.train.techniques import check_on_device, check_technique_inputs
 

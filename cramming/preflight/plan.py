@@ -27,7 +27,7 @@ from cramming.train.data_repeats import MANY_EPOCHS
 from cramming.train.distributed import Distributed
 from cramming.train.loop import Schedule
 from cramming.train.microbatch import choose_microbatch
-from cramming.train.progress import simulated_microbatch_seconds
+from cramming.train.stopping import simulated_microbatch_seconds
 from cramming.train.reporting import format_duration
 
 
@@ -117,7 +117,7 @@ def trial_microbatch(cfg, settings) -> Trial:
     try:
         for _ in range(TRIAL_MICROBATCHES):
             begun = time.perf_counter()
-            loss = backward(network, batch, settings.precision, scaler)
+            loss = backward(network, batch, settings.precision.autocast(), scaler)
             if not torch.isfinite(loss):
                 raise CrammingError(f"preflight: the first microbatch's loss is {loss.item()}")
             if settings.device.type == "cuda":

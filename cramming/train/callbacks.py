@@ -15,7 +15,8 @@ import torch
 
 from cramming.engine.step import Step, StepPoints, StepState
 from cramming.train.nonfinite import NonFiniteSteps
-from cramming.train.progress import BudgetClock, Progress
+from cramming.train.progress import Progress
+from cramming.train.stopping import BudgetClock
 
 
 @dataclass(kw_only=True)

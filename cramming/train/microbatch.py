@@ -137,7 +137,7 @@ def cuda_step(model: torch.nn.Module, seq_length: int, vocab_size: int, mlm_rate
         batch = {key: value.to(device) for key, value in synthetic.items()}
         torch.cuda.reset_peak_memory_stats(device)
         try:
-            backward(model, batch, precision, scaler)
+            backward(model, batch, precision.autocast(), scaler)
             torch.cuda.synchronize(device)
             return torch.cuda.max_memory_allocated(device) + extra_bytes
         finally:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cramming.train.progress import BudgetClock, time_source
+from cramming.train.stopping import BudgetClock, time_source
 from tests.conftest import REPO_ROOT
 from tests.train.runs import TINY_RUN, only_run, summary
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 from matplotlib.image import imread
 
 from cramming.train import plots
-from cramming.train.progress import BudgetClock
+from cramming.train.stopping import BudgetClock
 from cramming.train.plots import REDRAW_EVERY_S, PlotRefresh, plot_run
 
 

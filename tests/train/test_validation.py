@@ -14,9 +14,8 @@ from cramming.data.mlm import PackedRows
 from cramming.data.prepare import prepare_dataset
 from cramming.model import build_mlm_model
 from cramming.pretraining import pretrain
-from cramming.train.progress import BudgetClock
 from cramming.train.progress_bar import ProgressBar, use_bar
-from cramming.train.stopping import StoppingRule
+from cramming.train.stopping import BudgetClock, StoppingRule
 from cramming.train.validation import validate
 from tests.train.runs import NO_PROBE, STEP_RUN, VALIDATION_ROWS, compose_config, only_run, records, summary
 

@@ -15,8 +15,7 @@ import torch
 
 from cramming.engine.step import Step, StepPoints, StepState
 from cramming.train.nonfinite import NonFiniteSteps
-from cramming.train.progress import Progress
-from cramming.train.stopping import BudgetClock
+from cramming.train.stopping import BudgetClock, Progress
 
 
 @dataclass(kw_only=True)

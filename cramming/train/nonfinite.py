@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from cramming.errors import CrammingError
-from cramming.train.progress import Progress
+from cramming.train.stopping import Progress
 
 log = logging.getLogger("pretrain")
 

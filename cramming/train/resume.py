@@ -27,7 +27,7 @@ from cramming.train.callbacks import Callback, TrainState
 from cramming.train.checkpointing import finite_optimizer_state
 from cramming.train.config import TrainConfig
 from cramming.train.distributed import Distributed
-from cramming.train.progress import Progress
+from cramming.train.stopping import Progress
 
 log = logging.getLogger("pretrain")
 

@@ -1,7 +1,7 @@
-"""When training stops, decided alike on every rank: the budget clock (wall time spent training, carried across
-resumes, or simulated time for runs that must buy the same microbatches on any machine), the stopping rule (the
-clock, max_steps, a signal, the validation curve's early stop), the progress f that drives the schedules, and how
-ranks agree on both.
+"""How far training is and when it stops, decided alike on every rank: the progress a checkpoint saves (steps,
+microbatches, tokens, seconds), the budget clock (wall time spent training, carried across resumes, or simulated
+time for runs that must buy the same microbatches on any machine), the stopping rule (the clock, max_steps, a
+signal, the validation curve's early stop), the progress f that drives the schedules, and how ranks agree on both.
 """
 
 import contextlib
@@ -15,13 +15,26 @@ import torch
 
 from cramming.errors import CrammingError
 from cramming.train.distributed import Distributed
-from cramming.train.progress import Progress
 from cramming.train.signals import GracefulStop
 
 # Tests (and anyone reproducing a budget-driven run exactly) set this to a number of seconds: the clock then
 # reads simulated time on which every microbatch takes that long, so a run buys the same microbatches on any
 # machine at any load. Read here only; training itself is unchanged.
 SIMULATED_SECONDS_ENV = "CRAMMING_SIMULATED_MICROBATCH_SECONDS"
+
+
+@dataclass
+class Progress:
+    """Where training stands, in the units the budget, the data stream and the checkpoints count; saved in every
+    checkpoint, so a resumed run goes on from the same step, microbatch and clock."""
+
+    step: int = 0  # optimizer steps taken
+    microbatches: int = 0  # global microbatches consumed: the position in the data stream
+    tokens: int = 0
+    elapsed: float = 0.0  # training seconds, earlier runs of a resumed training included
+    nonfinite_total: int = 0
+    nonfinite_in_a_row: int = 0
+    lost_to_crashes: float = 0.0  # seconds charged on resumes for training lost after the last checkpoint
 
 
 class BudgetClock:

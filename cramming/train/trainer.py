@@ -41,14 +41,13 @@ from cramming.train.microbatch import choose_microbatch
 from cramming.train.nonfinite import NonFiniteLossError, NonFiniteSteps, resume_advice
 from cramming.train.optimizers import build_pretraining_optimizer
 from cramming.train.plots import PlotRefresh
-from cramming.train.progress import Progress
 from cramming.train.progress_bar import ProgressBar, use_bar
 from cramming.train.reporting import MetricsLog, MetricsLogger, WandbLogger, format_duration
 from cramming.train.resume import (Heartbeat, check_resumed_model, load_state, restore, resume_fingerprint,
                                    run_directory)
 from cramming.train.settings import Settings, device_profile, resolve_settings
 from cramming.train.signals import Interrupted
-from cramming.train.stopping import BudgetClock, LocalAgreement, StoppingRule, time_source
+from cramming.train.stopping import BudgetClock, LocalAgreement, Progress, StoppingRule, time_source
 from cramming.train.stopping import agreement as rank_agreement
 from cramming.train.summary import RunFacts, leave_record, peak_memory_gb
 from cramming.train.techniques import (RunContext, Technique, build_techniques, check_technique_inputs, data_stream,

@@ -15,7 +15,7 @@ from cramming.model import build_mlm_model
 from cramming.model.config import ModelConfig
 from cramming.runs import FINAL, STATE_FILE, run_checkpoint, step_name
 from cramming.train import checkpointing as ckpt
-from cramming.train.progress import Progress
+from cramming.train.stopping import Progress
 from cramming.train.resume import load_state
 
 TINY = ModelConfig(name="tiny", num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64)

@@ -5,8 +5,7 @@ import pytest
 import torch
 
 from cramming.train.distributed import Distributed
-from cramming.train.progress import Progress
-from cramming.train.stopping import BudgetClock, LocalAgreement, RankAgreement, StoppingRule, agreement
+from cramming.train.stopping import BudgetClock, LocalAgreement, Progress, RankAgreement, StoppingRule, agreement
 
 
 def test_budget_progress_without_max_steps_gives_plain_booleans():

@@ -22,7 +22,7 @@ from cramming.model.config import as_model_config
 from cramming.pretraining import pretrain
 from cramming.train.callbacks import Callback, TrainState
 from cramming.train.optimizers import SophiaG
-from cramming.train.progress import Progress
+from cramming.train.stopping import Progress
 from cramming.train.techniques.distillation import distillation_loss
 from cramming.train.techniques.ema import Ema
 from cramming.train.techniques.importance_sampling import ImportanceSampling

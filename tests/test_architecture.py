@@ -20,7 +20,7 @@ LAYERS = (
     ("engine", "model"),
     ("data", "runs", "provenance"),
     ("cramming",),  # the package's own __init__: its version and where configs/ is
-    ("files", "threads", "library_noise", "plugin_keys", "phase_progress", "hub"),
+    ("files", "threads", "library_noise", "plugins", "phase_progress", "hub"),
     ("errors",),
 )
 LAYER_OF = {part: depth for depth, parts in enumerate(LAYERS) for part in parts}
@@ -214,20 +214,29 @@ def test_the_step_is_handed_no_function_to_call_back():
 
 
 def test_every_plug_in_kind_has_one_shape():
-    """Techniques, optimizers, data sources and tasks alike: classes in their kind's tuple, each with a unique
-    `name`, its own keys as `settings`, and one rule hook, the class method `check` (called for every registered
-    plug-in, chosen or not: docs/architecture.md)."""
+    """Techniques, optimizers, data sources and tasks alike: Plugin classes in their kind's Registry, each with a
+    unique short `name` (a choice value: no dots, no `=`), its keys as `settings`, and the class methods `check` (one
+    section, called for every registered plug-in, chosen or not) and `build` (docs/architecture.md)."""
     import inspect
 
     from cramming.data.sources import SOURCES
     from cramming.eval.tasks.registry import TASKS
+    from cramming.plugins import Plugin, Registry, Setting
     from cramming.train.optimizers import OPTIMIZERS
     from cramming.train.techniques import TECHNIQUES
 
     for registry in (TECHNIQUES, OPTIMIZERS, SOURCES, TASKS):
-        assert all(isinstance(plug_in, type) for plug_in in registry)
-        names = [plug_in.name for plug_in in registry]
-        assert all(isinstance(name, str) and name for name in names) and len(set(names)) == len(names), names
-        assert all(isinstance(plug_in.settings, tuple) for plug_in in registry)
-        assert all(isinstance(inspect.getattr_static(plug_in, "check"), classmethod) for plug_in in registry), [
-            plug_in for plug_in in registry if not isinstance(inspect.getattr_static(plug_in, "check"), classmethod)]
+        assert isinstance(registry, Registry)
+        assert all(isinstance(plug_in, type) and issubclass(plug_in, Plugin) for plug_in in registry)
+        names = list(registry.names)
+        assert all(name and "." not in name and "=" not in name for name in names), names
+        assert len(names) == len(registry)
+        assert all(isinstance(plug_in.settings, tuple) and all(isinstance(setting, Setting) for setting in
+                                                                   plug_in.settings) for plug_in in registry)
+        for hook in ("check", "build"):
+            not_class_methods = [plug_in for plug_in in registry
+                                 if not isinstance(inspect.getattr_static(plug_in, hook), classmethod)]
+            assert not_class_methods == [], (hook, not_class_methods)
+            one_section = [plug_in for plug_in in registry
+                           if list(inspect.signature(getattr(plug_in, hook)).parameters)[0] in ("cls", "self")]
+            assert one_section == [], (hook, one_section)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cramming.train.optimizers import NAMES
+from cramming.train.optimizers import OPTIMIZERS
 from tests.commands import in_process, in_subprocess
 from tests.conftest import REPO_ROOT
 
@@ -65,7 +65,7 @@ def gpus(monkeypatch):
     (0, ["--nproc_per_node=gpu", PRETRAIN, "budget=24", "gpu=a100"],
      "error: --nproc_per_node=gpu: Cuda is not available."),
     (1, ["--nproc_per_node=1", PRETRAIN, "budget=24", "gpu=h100", "optim=lionn"],
-     f"error: unknown optim=lionn; choose one of {', '.join(sorted(NAMES))} — did you mean lion?"),
+     f"error: unknown optim=lionn; choose one of {', '.join(sorted(OPTIMIZERS.names))} — did you mean lion?"),
 ])
 def test_what_every_process_would_refuse_is_refused_before_the_launch(gpus, tmp_path, count, arguments, message):
     gpus(count)

@@ -3,7 +3,7 @@ or optimizer switched on, built as pretraining builds it (the same Technique obj
 switch it on, through the same events: model surgery, optimizer wrapping, step wrapping, callbacks), and timed
 interleaved with the default step, so each comes out as a ratio to the default measured in the same process.
 
-A variant is a technique's benchmark name (its `variant`: fp8, offload, activation-checkpointing, sam, ema) or a
+A variant is a technique's name (one with `variant_overrides`: fp8, offload, activation-checkpointing, sam, ema) or a
 `train.optim.name` (adamw8bit, lion, ...). 2:4 sparsity is not one: training keeps dense kernels and masks the
 weights; scripts/bench_sparse.py times torch.sparse's 2:4 matmuls against dense ones.
 """
@@ -17,13 +17,13 @@ from cramming.engine.precision import Precision
 from cramming.errors import CrammingError
 from cramming.model import ModelConfig, build_mlm_model
 from cramming.pretraining import PretrainConfig  # noqa: F401  (registers the schemas pretrain.yaml names)
-from cramming.train.optimizers import NAMES, build_pretraining_optimizer
+from cramming.train.optimizers import OPTIMIZERS, build_pretraining_optimizer
 from cramming.train.techniques import (TECHNIQUES, RunContext, build_techniques, check_on_device, prepare_model,
                                        variant_overrides)
 
 
 def variant_names() -> list[str]:
-    return [technique.variant for technique in TECHNIQUES if technique.variant] + list(NAMES)
+    return [technique.name for technique in TECHNIQUES if technique.variant_overrides] + list(OPTIMIZERS.names)
 
 
 def variant_config(name: str, arch: ModelConfig):
@@ -46,7 +46,7 @@ def check_variants(variants: list[str], device: torch.device, compiled: bool, dt
         if name not in known:
             raise CrammingError(f"benchmark.variants: {name!r} is unknown; choose from {', '.join(known)}")
         cfg = variant_config(name, ModelConfig(name="variant"))
-        if NAMES[cfg.train.optim.name].cuda_only and device.type != "cuda":
+        if OPTIMIZERS.by_name[cfg.train.optim.name].cuda_only and device.type != "cuda":
             raise CrammingError(f"benchmark.variants: {name} needs a CUDA GPU; this benchmark runs on {device.type}")
         try:
             check_on_device(cfg, device, compiled, dtype, 1)

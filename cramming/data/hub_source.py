@@ -16,7 +16,7 @@ from cramming.data.local_source import READ_BATCH_ROWS
 from cramming.data.source_base import Document, Source, split_records
 from cramming import hub
 from cramming.errors import CrammingError, require
-from cramming.plugin_keys import Setting
+from cramming.plugins import Setting
 
 log = logging.getLogger(__name__)
 COMMIT = re.compile(r"[0-9a-f]{40}")  # a full commit sha names itself: no need to ask the hub

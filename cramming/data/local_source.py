@@ -11,7 +11,7 @@ from typing import Any
 from cramming.data.config import DataBaseConfig
 from cramming.data.source_base import Document, Source, split_records
 from cramming.errors import CrammingError, require
-from cramming.plugin_keys import Setting
+from cramming.plugins import Setting
 
 # datasets builder for each supported file suffix (compression is handled by datasets itself)
 BUILDERS = {

@@ -26,7 +26,7 @@ from cramming.data.config import DataBaseConfig
 from cramming.data.local_source import LocalSource, listed
 from cramming.data.source_base import SAMPLE_BY, Document, Source
 from cramming.errors import CrammingError, require
-from cramming.plugin_keys import Setting
+from cramming.plugins import Setting
 
 
 def source_name(spec) -> str:

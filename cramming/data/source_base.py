@@ -3,9 +3,9 @@ it yields.
 
 Every source yields documents as lists of lines: lines are what the tokenizer encodes (short strings
 encode fastest), documents are what the filters judge and what [SEP] separates when packing. A source class
-names its `data.source` value in `name` (`name = "hub"`) and declares the keys only it reads in `settings`;
-`cramming.data.sources` lists every kind (SOURCES), adds their settings to the `data` schema and looks up the
-kind a config names.
+is a plug-in (cramming.plugins): it names its `data.source` value in `name` (`name = "hub"`) and declares the
+keys only it reads in `settings`; its section is `data`. `cramming.data.sources` registers every kind (SOURCES),
+which composes the `data` schema and looks up the kind a config names.
 """
 
 from abc import ABC, abstractmethod
@@ -14,14 +14,14 @@ from typing import ClassVar
 
 from cramming.data.config import DataBaseConfig
 from cramming.errors import CrammingError
-from cramming.plugin_keys import Setting
+from cramming.plugins import Plugin, Setting
 
 Document = list[str]
 
 SAMPLE_BY = ("line", "paragraph")
 
 
-class Source(ABC):
+class Source(Plugin, ABC):
     """A resolved data source: its documents, its size when known up front, and a fingerprint for the cache key."""
 
     name: ClassVar[str]  # its data.source value

@@ -1,13 +1,13 @@
 """Where raw text comes from: one class per `data.source` (its `name`), each in its own file behind the interface
-of `source_base.Source`, listed in SOURCES; the `data` schema, DataConfig, which adds each kind's own keys (its
-`settings`) to those every source shares; and the lookup from a data config to its source.
+of `source_base.Source`, listed in the registry SOURCES (cramming.plugins.Registry); the `data` schema,
+DataConfig, which the registry composes from the keys every source shares and each kind's own (its `settings`);
+and the lookup from a data config to its source.
 
 Adding a kind: its file (a Source subclass with its `name` and `settings`), one line in SOURCES, a test. A
 source's settings are its kind's to check, so the whole data config is checked from here (`check_data_config`),
 above the schema.
 """
 
-import functools
 from dataclasses import dataclass
 
 from hydra.core.config_store import ConfigStore
@@ -19,10 +19,9 @@ from cramming.data.local_source import BUILDERS, LocalSource, builder_for, resol
 from cramming.data.mixture import Mixture
 from cramming.data.source_base import SAMPLE_BY, Source
 from cramming.errors import problems_of, raise_problems, require
-from cramming.plugin_keys import with_settings
+from cramming.plugins import Registry
 
-SOURCES: tuple[type[Source], ...] = (EmbeddedSource, HubSource, LocalSource, Mixture)
-KINDS = {source.name: source for source in SOURCES}  # data.source → its class
+SOURCES: Registry[type[Source]] = Registry("data.source", (EmbeddedSource, HubSource, LocalSource, Mixture))
 
 
 @dataclass
@@ -30,20 +29,20 @@ class DataConfig(DataBaseConfig):
     """The `data` section: the keys every source shares (cramming.data.config) and each kind's own."""
 
 
-DataConfig = with_settings(DataConfig, "data", [setting for source in SOURCES for setting in source.settings])
+DataConfig = SOURCES.schema(DataConfig, "data")
 ConfigStore.instance().store(group="data", name="schema", node=DataConfig)
 
-__all__ = ["BUILDERS", "KINDS", "SOURCES", "DataConfig", "EmbeddedSource", "HubSource", "LocalSource", "Mixture",
+__all__ = ["BUILDERS", "SOURCES", "DataConfig", "EmbeddedSource", "HubSource", "LocalSource", "Mixture",
            "builder_for", "check_data_config", "embedded_documents", "resolve_files", "source_from_config",
            "text_size_bytes"]
 
 
 def _check_source_settings(cfg: DataConfig) -> None:
     """The source settings of `cfg`, checked by the kind of source it names: every problem."""
-    kinds = [(cfg.source in KINDS, f"data.source={cfg.source!r} is unknown; choose one of {', '.join(sorted(KINDS))}"),
-             (cfg.sample_by in SAMPLE_BY,
-              f"data.sample_by={cfg.sample_by!r} is unknown; choose one of {', '.join(SAMPLE_BY)}")]
-    raise_problems(problems_of(lambda: require(kinds), *[functools.partial(source.check, cfg) for source in SOURCES]))
+    sample_by = [(cfg.sample_by in SAMPLE_BY,
+                  f"data.sample_by={cfg.sample_by!r} is unknown; choose one of {', '.join(SAMPLE_BY)}")]
+    raise_problems(problems_of(lambda: SOURCES.named(cfg.source), lambda: require(sample_by),
+                               lambda: SOURCES.check(cfg)))
 
 
 def check_data_config(cfg: DataConfig) -> None:
@@ -55,4 +54,4 @@ def check_data_config(cfg: DataConfig) -> None:
 def source_from_config(cfg: DataConfig) -> Source:
     """The source `cfg` names (data=mixture: a cramming.data.mixture.Mixture), its settings checked."""
     _check_source_settings(cfg)
-    return KINDS[cfg.source].build(cfg)
+    return SOURCES.named(cfg.source).build(cfg)

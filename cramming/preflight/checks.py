@@ -38,7 +38,7 @@ from cramming.model import build_mlm_model
 from cramming.model.config import as_model_config
 from cramming.model.shapes import shapes_only
 from cramming.pretraining import PretrainConfig
-from cramming.train.optimizers import NAMES
+from cramming.train.optimizers import OPTIMIZERS
 from cramming.train.stopping import simulated_microbatch_seconds
 from cramming.train.settings import device_profile, device_type, resolve_settings
 from cramming.train.techniques import check_on_device, check_technique_inputs
@@ -280,7 +280,7 @@ def model_parameters(cfg) -> int | None:
 
 def state_bytes(cfg) -> float:
     """The optimizer's state per parameter, at most (AdamW: two fp32 moments)."""
-    known = NAMES.get(cfg.train.optim.name)
+    known = OPTIMIZERS.by_name.get(cfg.train.optim.name)
     return known.state_bytes_per_parameter if known else 8
 
 

@@ -4,7 +4,6 @@ and the end-of-run GLUE, is cramming.pretraining's. The keys a training techniqu
 declared in its own file (`settings`: cramming.train.techniques, cramming.train.optimizers) and added here to the
 section they live in, so a new plug-in brings its keys, and its rules, without a line in this file."""
 
-import functools
 import math
 from dataclasses import dataclass, field
 from typing import Optional
@@ -14,8 +13,7 @@ from omegaconf import MISSING
 
 from cramming.engine.schedules import CLIP_SCHEDULES, check_lr_schedule
 from cramming.errors import problems_of, raise_problems, require
-from cramming.plugin_keys import with_settings
-from cramming.train.optimizers import NAMES, OPTIMIZERS
+from cramming.train.optimizers import OPTIMIZERS
 from cramming.train.techniques import TECHNIQUES
 
 WANDB_MODES = ("disabled", "offline", "online")
@@ -23,10 +21,9 @@ WANDB_FORBIDDEN = "/\\#?%:"  # characters W&B refuses in a project name (it allo
 
 
 def with_plugin_keys(schema: type, section: str) -> type:
-    """`schema` with the keys its plug-ins own directly under `section`: the optimizers' own hyperparameters
-    (null by default) first, then the techniques' settings."""
-    return with_settings(schema, section, [setting for plugin in (*OPTIMIZERS, *TECHNIQUES)
-                                           for setting in plugin.settings])
+    """`schema` with the keys its plug-ins read directly under `section`: the optimizers' hyperparameters (null by
+    default) first, then the techniques' settings."""
+    return OPTIMIZERS.schema(schema, section, TECHNIQUES)
 
 
 @dataclass
@@ -37,11 +34,7 @@ class OptimConfig:
     does not read must stay null. Techniques add their own keys here."""
 
     name: str = "adamw"  # adamw | lamb | lion | sgd-nesterov | adafactor | muon | adamw8bit (CUDA) | sophia | ...
-    lr: Optional[float] = None
-    betas: Optional[tuple[float, float]] = None
-    eps: Optional[float] = None
-    weight_decay: Optional[float] = None  # on matrices only: never norms, biases or scalars
-    momentum: Optional[float] = None  # sgd-nesterov, muon
+    # the hyperparameters (lr, betas, eps, weight_decay, momentum, ...) are the optimizers' settings, added below
     decay_embeddings: bool = True  # false: no weight decay on embedding tables either
     grad_clip: Optional[float] = 0.5  # max global gradient norm; null disables
     clip_schedule: str = "constant"  # constant: grad_clip throughout | lr: grad_clip x the lr's multiplier at f
@@ -50,9 +43,8 @@ class OptimConfig:
         """The optimizer known, the keys it reads set and the others null, and each value in its domain: every
         problem."""
         raise_problems(problems_of(
-            lambda: require([(self.name in NAMES,
-                              f"train.optim.name={self.name!r} is unknown; choose one of {', '.join(NAMES)}")]),
-            *[functools.partial(optimizer.check, self) for optimizer in OPTIMIZERS],  # each optimizer's own rules
+            lambda: OPTIMIZERS.named(self.name),
+            lambda: OPTIMIZERS.check(self),  # each optimizer's own rules
             self._check_values))
 
     def _check_values(self) -> None:

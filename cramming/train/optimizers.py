@@ -1,14 +1,13 @@
 """The pretraining optimizer: the config group `optim` (`optim=lion`, or `train.optim.name=lion`) composes
-`configs/optim/<name>.yaml`, its name and its defaults, into `train.optim`. One `Optimizer` class each, declaring
-what it reads and needs and building the torch optimizer, and OPTIMIZERS, the registry everything else asks: the
-config schema (their own hyperparameters), the checks, the techniques, the preflight and the benchmark. None of
-those names an optimizer.
+`configs/optim/<name>.yaml`, its name and its defaults, into `train.optim`. One `Optimizer` class each, a plug-in
+(cramming.plugins) whose section is `train.optim`, declaring what it reads and needs and building the torch
+optimizer, and OPTIMIZERS, the registry everything else asks: the config schema (the hyperparameters), the checks,
+the techniques, the preflight and the benchmark. None of those names an optimizer.
 
 Declared at class level:
 - `name`: its `train.optim.name` (and `optim=<name>`, which composes configs/optim/<name>.yaml);
-- `keys`: the hyperparameters of `train.optim` it reads (each set for it, the others null: OptimConfig.check);
-- `settings`: the hyperparameters no other optimizer reads (`Setting`s under `train.optim`, null by default),
-  added to the schema;
+- `settings`: the hyperparameters of `train.optim` it reads, `Setting`s null by default (one several optimizers
+  read, such as LR, is declared once below); each is set for it and the others' stay null (`check`);
 - `cuda_only`, `speed_notice`, `uses_torchao_kernels`: what it needs of the device, and where it is slower;
 - `state_bytes_per_parameter`: its state in a checkpoint, at most (the disk estimate);
 - `offloadable`: whether `impl.offload_optimizer` may hold it.
@@ -29,7 +28,14 @@ from torch import nn
 from cramming.engine.adamw import build_optimizer, parameter_groups
 from cramming.errors import CrammingError, require
 from cramming.model.crammed_bert import encoder_matrices
-from cramming.plugin_keys import Setting
+from cramming.plugins import Plugin, Registry, Setting
+
+# The hyperparameters several optimizers read; each optimizer lists those it reads in its `settings`.
+LR = Setting("train.optim.lr", Optional[float])
+BETAS = Setting("train.optim.betas", Optional[tuple[float, float]])
+EPS = Setting("train.optim.eps", Optional[float])
+WEIGHT_DECAY = Setting("train.optim.weight_decay", Optional[float])  # on matrices only: never norms, biases or scalars
+MOMENTUM = Setting("train.optim.momentum", Optional[float])
 
 
 def optimizer_groups(model: nn.Module, optim) -> list[dict]:
@@ -37,12 +43,11 @@ def optimizer_groups(model: nn.Module, optim) -> list[dict]:
     return parameter_groups(model, optim.weight_decay, optim.decay_embeddings)
 
 
-class Optimizer:
+class Optimizer(Plugin):
     """One optimizer of `train.optim`; see the module docstring for what it declares."""
 
     name: ClassVar[str]
-    keys: ClassVar[tuple[str, ...]]  # the hyperparameters it reads, all in configs/optim/<name>.yaml
-    settings: ClassVar[tuple[Setting, ...]] = ()  # its own hyperparameters (train.optim.<key>, null by default)
+    settings: ClassVar[tuple[Setting, ...]]  # the hyperparameters it reads, all in configs/optim/<name>.yaml
     cuda_only: ClassVar[str | None] = None  # what needs CUDA, for the error elsewhere (None: runs anywhere)
     speed_notice: ClassVar[str | None] = None  # on a GPU: where it is measured slower than the default
     uses_torchao_kernels: ClassVar[bool] = False  # on a GPU, its speed depends on torchao's compiled kernels
@@ -51,10 +56,15 @@ class Optimizer:
     # its gradient and its own state
     offloadable: ClassVar[bool] = False
 
-    @staticmethod
-    def build(model: nn.Module, optim) -> torch.optim.Optimizer:
+    @classmethod
+    def build(cls, optim, model: nn.Module) -> torch.optim.Optimizer:
         """The torch optimizer over the model's parameters, from the resolved (checked) `train.optim`."""
         raise NotImplementedError
+
+    @classmethod
+    def reads(cls) -> tuple[str, ...]:
+        """The keys of `train.optim` it reads."""
+        return tuple(setting.key for setting in cls.settings)
 
     @classmethod
     def check(cls, optim) -> None:
@@ -63,13 +73,13 @@ class Optimizer:
         (a value it would ignore); the others have nothing to add. An optimizer with more rules extends this."""
         if optim.name != cls.name:
             return
-        every_key = dict.fromkeys(key for optimizer in OPTIMIZERS for key in optimizer.keys)  # in a stable order
-        require([(key in cls.keys or getattr(optim, key) is None,
-                  f"train.optim.{key} is not used by train.optim.name={cls.name} (it reads {', '.join(cls.keys)})")
-                 for key in every_key] +
+        reads = cls.reads()
+        require([(setting.key in reads or getattr(optim, setting.key) is None,
+                  f"train.optim.{setting.key} is not used by train.optim.name={cls.name} (it reads {', '.join(reads)})")
+                 for setting in OPTIMIZERS.settings()] +
                 [(getattr(optim, key) is not None,
                   f"train.optim.{key} is null and train.optim.name={cls.name} reads it (its default: "
-                  f"configs/optim/{cls.name}.yaml, which optim={cls.name} composes)") for key in cls.keys])
+                  f"configs/optim/{cls.name}.yaml, which optim={cls.name} composes)") for key in reads])
 
     @classmethod
     def check_on_device(cls, device: torch.device) -> None:
@@ -83,11 +93,11 @@ class AdamW(Optimizer):
     the default; torch's fused kernel where it has one (cramming.engine.adamw)."""
 
     name = "adamw"
-    keys = ("lr", "betas", "eps", "weight_decay")
+    settings = (LR, BETAS, EPS, WEIGHT_DECAY)
     offloadable = True
 
-    @staticmethod
-    def build(model, optim):
+    @classmethod
+    def build(cls, optim, model):
         return build_optimizer(model, lr=optim.lr, betas=optim.betas, eps=optim.eps,
                                weight_decay=optim.weight_decay, decay_embeddings=optim.decay_embeddings)
 
@@ -97,11 +107,11 @@ class Lamb(Optimizer):
     pytorch-optimizer's: Adam's update rescaled per layer, for large batches."""
 
     name = "lamb"
-    keys = ("lr", "betas", "eps", "weight_decay")
+    settings = (LR, BETAS, EPS, WEIGHT_DECAY)
     offloadable = True
 
-    @staticmethod
-    def build(model, optim):
+    @classmethod
+    def build(cls, optim, model):
         from pytorch_optimizer import Lamb as LambUpdate  # noqa: PLC0415 -- only for optim=lamb
 
         return LambUpdate(optimizer_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps)
@@ -112,12 +122,12 @@ class Lion(Optimizer):
     half AdamW's state."""
 
     name = "lion"
-    keys = ("lr", "betas", "weight_decay")
+    settings = (LR, BETAS, WEIGHT_DECAY)
     offloadable = True
     state_bytes_per_parameter = 4
 
-    @staticmethod
-    def build(model, optim):
+    @classmethod
+    def build(cls, optim, model):
         from pytorch_optimizer import Lion as LionUpdate  # noqa: PLC0415 -- only for optim=lion
 
         return LionUpdate(optimizer_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas))
@@ -127,12 +137,12 @@ class SgdNesterov(Optimizer):
     """SGD with Nesterov momentum (Sutskever et al. 2013), torch's: one momentum buffer."""
 
     name = "sgd-nesterov"
-    keys = ("lr", "momentum", "weight_decay")
+    settings = (LR, MOMENTUM, WEIGHT_DECAY)
     offloadable = True
     state_bytes_per_parameter = 4
 
-    @staticmethod
-    def build(model, optim):
+    @classmethod
+    def build(cls, optim, model):
         return torch.optim.SGD(optimizer_groups(model, optim), lr=optim.lr, momentum=optim.momentum, nesterov=True)
 
 
@@ -141,11 +151,11 @@ class Adafactor(Optimizer):
     relative to each parameter's scale."""
 
     name = "adafactor"
-    keys = ("lr", "weight_decay")
+    settings = (LR, WEIGHT_DECAY)
     offloadable = True
 
-    @staticmethod
-    def build(model, optim):
+    @classmethod
+    def build(cls, optim, model):
         return torch.optim.Adafactor(optimizer_groups(model, optim), lr=optim.lr)
 
 
@@ -154,11 +164,11 @@ class Muon(Optimizer):
     encoder's layers; AdamW groups for everything else, as its authors use it."""
 
     name = "muon"
-    keys = ("lr", "momentum", "betas", "eps", "weight_decay")
+    settings = (LR, MOMENTUM, BETAS, EPS, WEIGHT_DECAY)
     offloadable = True
 
-    @staticmethod
-    def build(model, optim):
+    @classmethod
+    def build(cls, optim, model):
         from pytorch_optimizer import Muon as MuonUpdate  # noqa: PLC0415 -- only for optim=muon
 
         hidden = {id(p) for p in encoder_matrices(model).values()}
@@ -178,7 +188,7 @@ class AdamW8bit(Optimizer):
     the rest fp32. Its learning rate is a tensor in each group (cramming.engine.step.set_lr fills it in place)."""
 
     name = "adamw8bit"
-    keys = ("lr", "betas", "eps", "weight_decay")
+    settings = (LR, BETAS, EPS, WEIGHT_DECAY)
     cuda_only = "torchao's 8-bit AdamW states"
     speed_notice = ("train.optim.name=adamw8bit saves optimizer memory, not time: torchao compiles its update once "
                     "per parameter shape at the first step, inside the budget (on an H100 40 steps of crammed-bert "
@@ -187,8 +197,8 @@ class AdamW8bit(Optimizer):
     state_bytes_per_parameter = 2
     # not offloadable: its states would sit on the CPU
 
-    @staticmethod
-    def build(model, optim):
+    @classmethod
+    def build(cls, optim, model):
         from torchao.optim import AdamW8bit as AdamW8bitUpdate  # noqa: PLC0415 -- torchao, CUDA only: optim=adamw8bit
 
         return AdamW8bitUpdate(optimizer_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps,
@@ -243,23 +253,23 @@ class Sophia(Optimizer):
     which switches on with it."""
 
     name = "sophia"
-    keys = ("lr", "betas", "weight_decay", "gamma", "hessian_every")
     settings = (
+        LR, BETAS, WEIGHT_DECAY,
         Setting("train.optim.gamma", Optional[float]),  # its update's scale
         Setting("train.optim.hessian_every", Optional[int]),  # optimizer steps between Hessian estimates
     )
     # not offloadable: the offload wrapper would have to pass the Hessian estimates on
 
-    @staticmethod
-    def build(model, optim) -> SophiaG:
+    @classmethod
+    def build(cls, optim, model) -> SophiaG:
         return SophiaG(optimizer_groups(model, optim), lr=optim.lr, betas=tuple(optim.betas), gamma=optim.gamma,
                        weight_decay=optim.weight_decay)
 
 
-OPTIMIZERS: tuple[type[Optimizer], ...] = (AdamW, Lamb, Lion, SgdNesterov, Adafactor, Muon, AdamW8bit, Sophia)
-NAMES = {optimizer.name: optimizer for optimizer in OPTIMIZERS}  # train.optim.name → its class
+OPTIMIZERS: Registry[type[Optimizer]] = Registry("train.optim.name", (AdamW, Lamb, Lion, SgdNesterov, Adafactor,
+                                                                      Muon, AdamW8bit, Sophia))
 
 
 def build_pretraining_optimizer(model: nn.Module, optim) -> torch.optim.Optimizer:
     """The optimizer train.optim (checked) describes, over the model's parameters."""
-    return NAMES[optim.name].build(model, optim)
+    return OPTIMIZERS.named(optim.name).build(optim, model)

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from cramming import CONFIG_DIR
 from cramming.pretraining import pretrain
 from cramming.engine.schedules import LR_SCHEDULES
-from cramming.train.optimizers import NAMES, OPTIMIZERS
+from cramming.train.optimizers import OPTIMIZERS
 from tests.train.runs import NO_PROBE, STEP_RUN, TINY_DATA, InterruptAt, compose_config, records, summary
 
 
@@ -26,8 +26,8 @@ PAIRS = [(ON_CPU[index % len(ON_CPU)], SCHEDULES[index % len(SCHEDULES)])
 
 
 def test_every_optimizer_is_a_choice_of_the_optim_group_and_every_choice_an_optimizer():
-    assert sorted(path.stem for path in (CONFIG_DIR / "optim").glob("*.yaml")) == sorted(NAMES)
-    for name in NAMES:
+    assert sorted(path.stem for path in (CONFIG_DIR / "optim").glob("*.yaml")) == sorted(OPTIMIZERS.names)
+    for name in OPTIMIZERS.names:
         assert OmegaConf.load(CONFIG_DIR / "optim" / f"{name}.yaml").name == name
 
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from cramming import hub
 from cramming.eval import metrics
-from cramming.plugin_keys import Setting
+from cramming.plugins import Plugin, Setting
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -68,8 +68,9 @@ def absent_text(absent: dict[str, str]) -> str:
     return "; ".join(f"{', '.join(whats)}: {why}" for why, whats in by_why.items())
 
 
-class Task(ABC):
-    """A downstream task. Subclasses set `name` (as in eval.tasks), `eval_splits`, `metric` (the main metric of
+class Task(Plugin, ABC):
+    """A downstream task, a plug-in (cramming.plugins) whose section is `eval`. Subclasses set `name` (as in
+    eval.tasks), `eval_splits`, `metric` (the main metric of
     every evaluation split: the one in the tables, the others are logged beside it) and `in_glue` (GLUE's own
     tasks; the others are reported beside the GLUE score, never in it)."""
 

@@ -16,7 +16,7 @@ from typing import Optional
 from cramming.errors import CrammingError
 from cramming.eval.tasks.base import EvalSplit, TaskData
 from cramming.eval.tasks.classification import TextClassification
-from cramming.plugin_keys import Setting
+from cramming.plugins import Setting
 
 CLASSIFICATION_METRICS = ("accuracy", "f1", "matthews")
 SCORE_METRICS = ("pearson",)

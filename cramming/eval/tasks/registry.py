@@ -1,6 +1,7 @@
-"""The tasks `eval.tasks` can name, one class each in TASKS; the `eval` section's schema, GlueConfig, which adds
-each task's own settings (its `settings`, as `eval.local`) to the keys every task shares; and the check of an
-eval config against them (every task's `check`). A new task is its own file plus its entry here.
+"""The tasks `eval.tasks` can name, one class each in the registry TASKS (cramming.plugins.Registry); the `eval`
+section's schema, GlueConfig, which the registry composes from the keys every task shares and each task's own
+settings (its `settings`, as `eval.local`); and the check of an eval config against them (every task's `check`).
+A new task is its own file plus its entry here.
 """
 
 import difflib
@@ -23,9 +24,9 @@ from cramming.eval.tasks.race import Race
 from cramming.eval.tasks.record import Record
 from cramming.eval.tasks.superglue import PAIR_TASKS
 from cramming.eval.tasks.swag import Swag
-from cramming.plugin_keys import with_settings
+from cramming.plugins import Registry
 
-TASKS: tuple[type[Task], ...] = (
+TASKS: Registry[type[Task]] = Registry("eval.tasks", (
     *GLUE_TASKS,  # cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli
     *PAIR_TASKS,  # SuperGLUE's boolq, cb, wic, wsc, axb, axg (its rte is GLUE's)
     Copa,
@@ -34,8 +35,8 @@ TASKS: tuple[type[Task], ...] = (
     Race,
     Swag,
     LocalTask,
-)
-TASK_NAMES = tuple(task.name for task in TASKS)
+))
+TASK_NAMES = TASKS.names
 
 
 @dataclass
@@ -43,7 +44,7 @@ class GlueConfig(GlueBaseConfig):
     """The `eval` section: the keys every task shares (cramming.eval.config) and each task's own settings."""
 
 
-GlueConfig = with_settings(GlueConfig, "eval", [setting for task in TASKS for setting in task.settings])
+GlueConfig = TASKS.schema(GlueConfig, "eval")
 ConfigStore.instance().store(group="eval", name="schema", node=GlueConfig)
 
 
@@ -64,7 +65,7 @@ def task_named(name: str) -> type[Task]:
         near = difflib.get_close_matches(name, TASK_NAMES, n=1)
         raise CrammingError(f"unknown GLUE task '{name}'; known tasks: {', '.join(TASK_NAMES)}"
                             f"{f' — did you mean {near[0]}?' if near else ''}")
-    return TASKS[TASK_NAMES.index(name)]
+    return TASKS.by_name[name]
 
 
 def requested_tasks(cfg: GlueConfig) -> list[Task]:
@@ -74,7 +75,7 @@ def requested_tasks(cfg: GlueConfig) -> list[Task]:
         lambda: require([(bool(cfg.tasks), "eval.tasks is empty"),
                          (len(set(cfg.tasks)) == len(cfg.tasks), f"eval.tasks lists a task twice: {cfg.tasks}")]),
         *[functools.partial(task_named, name) for name in cfg.tasks],
-        *[functools.partial(task.check, cfg) for task in TASKS]))
+        lambda: TASKS.check(cfg)))
     return [task_named(name).build(cfg) for name in cfg.tasks]
 
 

@@ -2,7 +2,8 @@
 and the registry everything else asks: the config schema (their settings), the checks, the trainer (the set-up
 events), the microbatch search, the checkpointer and the benchmark. None of those names a technique.
 
-Adding one: its file (the Technique subclass and its settings), one line in TECHNIQUES, a test, a sweep row and
+Adding one: its file (the Technique subclass and its settings), one line in the registry TECHNIQUES
+(cramming.plugins.Registry), a test, a sweep row and
 a paragraph in docs/ablations.md. The order of TECHNIQUES is the order the trainer calls them in: a loss
 changed by one (importance weights) is what the next (distillation) changes further; model surgery runs in
 this order too (activation checkpointing before fp8's conversion); step wrappers stack in it.
@@ -16,7 +17,8 @@ import torch
 from cramming.data.store import PreparedDataset
 from cramming.data.stream import Microbatches, microbatch_stream
 from cramming.errors import problems_of, raise_problems
-from cramming.train.optimizers import NAMES
+from cramming.plugins import Registry
+from cramming.train.optimizers import OPTIMIZERS
 from cramming.train.techniques.activation_checkpointing import ActivationCheckpointing
 from cramming.train.techniques.base import RunContext, Technique
 from cramming.train.techniques.distillation import Distillation
@@ -35,7 +37,7 @@ from cramming.train.techniques.z_loss import ZLoss
 
 log = logging.getLogger("pretrain")
 
-TECHNIQUES: tuple[type[Technique], ...] = (
+TECHNIQUES: Registry[type[Technique]] = Registry("benchmark.variants", (
     SophiaHessian,
     ImportanceSampling,
     MaskSchedule,
@@ -50,7 +52,7 @@ TECHNIQUES: tuple[type[Technique], ...] = (
     ActivationCheckpointing,
     Fp8,
     OffloadOptimizer,
-)
+))
 
 __all__ = ["TECHNIQUES", "RunContext", "Technique", "build_techniques", "check_on_device", "check_technique_inputs",
            "check_techniques", "fill_arch_needs",
@@ -61,8 +63,8 @@ __all__ = ["TECHNIQUES", "RunContext", "Technique", "build_techniques", "check_o
 def check_techniques(cfg) -> None:
     """Each technique's values, and no two enabled ones that conflict: every problem."""
     enabled = {technique.name: technique for technique in TECHNIQUES if technique.enabled(cfg)}
-    raise_problems(problems_of(*[functools.partial(technique.check, cfg) for technique in TECHNIQUES]) +
-                   [f"{technique.name} and {other} {why}" for technique in enabled.values()
+    raise_problems(TECHNIQUES.problems(cfg) +
+                   [f"{technique.override} and {enabled[other].override} {why}" for technique in enabled.values()
                     for other, why in technique.conflicts.items() if other in enabled])
 
 
@@ -89,7 +91,7 @@ def check_on_device(cfg, device: torch.device, compiled: bool, precision: str, w
     enabled = [technique for technique in TECHNIQUES if technique.enabled(cfg)]
     for technique in enabled:
         technique.check_on_device(cfg, run)
-    optimizer = NAMES[cfg.train.optim.name]
+    optimizer = OPTIMIZERS.by_name[cfg.train.optim.name]
     optimizer.check_on_device(device)
     if device.type != "cuda":
         return
@@ -168,5 +170,6 @@ def optimizer_state_parts(optimizer_state: dict) -> list[dict]:
 
 
 def variant_overrides(name: str) -> tuple[str, ...] | None:
-    """The overrides that switch on the technique whose benchmark variant is `name` (None: no such variant)."""
-    return next((t.variant_overrides for t in TECHNIQUES if t.variant == name), None)
+    """The overrides that switch on the technique `name` in the benchmark (None: no such variant)."""
+    technique = TECHNIQUES.by_name.get(name)
+    return (technique.variant_overrides or None) if technique is not None else None

@@ -13,7 +13,7 @@ import functools
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from cramming.plugin_keys import Setting
+from cramming.plugins import Setting
 from cramming.train.techniques.base import RunContext, Technique
 
 
@@ -25,12 +25,12 @@ def checkpoint_activations(model: torch.nn.Module) -> None:
 
 
 class ActivationCheckpointing(Technique):
-    name = "impl.activation_checkpointing=true"
+    name, override = "activation-checkpointing", "impl.activation_checkpointing=true"
     switch = "impl.activation_checkpointing"
     # true: each layer's activations are recomputed in the backward pass instead of kept (less memory, about a
     # third more compute; the GPU microbatch search then finds a larger microbatch)
     settings = (Setting("impl.activation_checkpointing", bool, False),)
-    variant, variant_overrides = "activation-checkpointing", ("impl.activation_checkpointing=true",)
+    variant_overrides = ("impl.activation_checkpointing=true",)
 
     @staticmethod
     def microbatch_key(cfg) -> dict:

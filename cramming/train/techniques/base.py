@@ -2,22 +2,25 @@
 set-up events and the loop's named points (a Callback). The trainer, the config schema, the microbatch search,
 the checkpointer and the benchmark ask the registry (techniques/__init__.py) and never name a technique.
 
-Declared at class level, before any run exists:
-- `name`: the override that switches it on, as users type it; it names the technique in messages and in
-  other techniques' `conflicts` (its checkpointed state keeps the class's name, `state_key`);
-- `settings`: the config keys it owns (`cramming.plugin_keys.Setting`: where users set it, type, default),
+A technique is a plug-in (cramming.plugins). Its section is the whole pretraining config: its keys live in
+`train` or `impl`, and its rules may read `arch` and the optimizer too. Declared at class level, before any run
+exists:
+- `name`: its short name (`layer-drop`), which other techniques' `conflicts` and `benchmark.variants` use;
+- `override`: the override that switches it on, as users type it (`train.layer_drop`), which names it in
+  messages (its checkpointed state keeps the class's name, `state_key`);
+- `settings`: the config keys it owns (`cramming.plugins.Setting`: where users set it, type, default),
   added to the schema;
 - `arch_needs`: what it needs of the architecture (`decoder_bias: True`), filled in where the arch leaves the key
   null, so that one override switches it on;
 - `switch` (and `switch_value`): the key that switches it on, from which `enabled(cfg)` follows;
-- `check(cfg)` (its values, before any data), `conflicts` (name -> why);
+- `check(cfg)` (its values, before any data), `conflicts` (another technique's name -> why);
 - `check_on_device(cfg, run)`: what it needs of the device, the compiler, the precision, the world size, and
   `needs_cuda`: whether it does anything (or can run) without a CUDA GPU;
 - `speed_notice(cfg, device)`: one line where it is measured slower than the default;
 - `microbatch_key(cfg)`: what it changes in the memory of a step, for the microbatch cache's key;
 - `nested_optimizer_states(state)`: the per-parameter state dicts inside an optimizer state it lays out its
   own way;
-- `variant`, `variant_overrides`: its name in `benchmark.variants` and the overrides that switch it on there.
+- `variant_overrides`: the overrides that switch it on in `benchmark.variants` (empty: not a benchmark variant).
 """
 
 import functools
@@ -28,7 +31,7 @@ import torch
 
 from cramming.data.store import PreparedDataset
 from cramming.data.stream import Microbatches
-from cramming.plugin_keys import Setting
+from cramming.plugins import Plugin, Setting
 from cramming.train.callbacks import Callback
 
 
@@ -42,17 +45,16 @@ class RunContext:
     world_size: int
 
 
-class Technique(Callback):
+class Technique(Plugin, Callback):
     """One technique; see the module docstring for what it declares. Instance level: the Callback points and the
     set-up events below, each a no-op by default."""
 
-    name: str = ""
+    override: str = ""  # the override that switches it on, as messages name it
     switch: str = ""  # the config key that switches it on (`train.z_loss.weight`)
     switch_value: Any = None  # on when `switch` holds this value (`train.sampling` = importance); None: when set
     settings: tuple[Setting, ...] = ()
     arch_needs: dict[str, Any] = {}  # arch keys it needs, set where the arch leaves them null (fill_arch_needs)
-    conflicts: dict[str, str] = {}
-    variant: str | None = None
+    conflicts: dict[str, str] = {}  # another technique's name -> why the two do not combine
     variant_overrides: tuple[str, ...] = ()
 
     @property

@@ -24,7 +24,7 @@ from cramming.data.tokenizer import load_tokenizer
 from cramming.errors import CrammingError, require
 from cramming.model.checkpoint import WEIGHTS_NAME, load_pretrained, read_config, read_tokenizer
 from cramming.model.crammed_bert import CrammedForMaskedLM
-from cramming.plugin_keys import Setting
+from cramming.plugins import Setting
 from cramming.runs import resolve_checkpoint
 from cramming.train.callbacks import TrainState
 from cramming.train.techniques.base import RunContext, Technique
@@ -54,7 +54,7 @@ def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor
 
 
 class Distillation(Technique):
-    name = "train.distill"
+    name, override = "distillation", "train.distill"
     switch = "train.distill.teacher"
     settings = (Setting("train.distill", DistillConfig),)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from cramming.errors import require
-from cramming.plugin_keys import Setting
+from cramming.plugins import Setting
 from cramming.train.callbacks import TrainState
 from cramming.train.techniques.base import RunContext, Technique, parameter_bytes
 
@@ -33,13 +33,13 @@ class EmaConfig:
 
 
 class Ema(Technique):
-    name = "train.ema"
+    name, override = "ema", "train.ema"
     switch = "train.ema.decay"
     settings = (Setting("train.ema", EmaConfig),)
-    variant, variant_overrides = "ema", ("train.ema.decay=0.999",)
-    conflicts = {"train.stacking": "do not combine: a grown layer's average would mix in its weights from before it "
+    variant_overrides = ("train.ema.decay=0.999",)
+    conflicts = {"stacking": "do not combine: a grown layer's average would mix in its weights from before it "
                              "was copied",
-                 "train.sparsity": "do not combine: the average of a pruned weight is not zero, so the final model "
+                 "sparsity": "do not combine: the average of a pruned weight is not zero, so the final model "
                              "would not be sparse"}
 
     def __init__(self, decay: float):

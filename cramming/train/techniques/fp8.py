@@ -17,7 +17,7 @@ from torch import nn
 
 from cramming.errors import CrammingError
 from cramming.model.crammed_bert import in_encoder_layers
-from cramming.plugin_keys import Setting
+from cramming.plugins import Setting
 from cramming.train.techniques.base import RunContext, Technique
 
 log = logging.getLogger("pretrain")
@@ -65,12 +65,12 @@ def convert_to_fp8(model: nn.Module, emulate: bool = False) -> list[str]:
 
 
 class Fp8(Technique):
-    name = "impl.fp8=true"
+    name, override = "fp8", "impl.fp8=true"
     switch = "impl.fp8"
     # true: the encoder layers' Linear layers compute in float8; needs an NVIDIA GPU of compute capability 8.9+
     # (Ada, Hopper) and compile; anywhere else a one-line error
     settings = (Setting("impl.fp8", bool, False),)
-    variant, variant_overrides = "fp8", ("impl.fp8=true",)
+    variant_overrides = ("impl.fp8=true",)
     uses_torchao_kernels = needs_cuda = True
 
     @staticmethod

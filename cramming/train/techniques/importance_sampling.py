@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from cramming.data.mlm import IGNORE_INDEX, labels_at_logits
 from cramming.data.stream import Microbatches
 from cramming.errors import CrammingError, require
-from cramming.plugin_keys import Setting
+from cramming.plugins import Setting
 from cramming.train.callbacks import TrainState
 from cramming.train.techniques.base import RunContext, Technique
 
@@ -35,7 +35,7 @@ SAMPLINGS = ("sequential", "importance")  # train.sampling: the prepared data or
 
 
 class ImportanceSampling(Technique):
-    name = "train.sampling=importance"
+    name, override = "importance-sampling", "train.sampling=importance"
     switch, switch_value = "train.sampling", "importance"
     # sequential: the prepared data order | importance: rows drawn by their last-seen loss, importance-weighted
     settings = (Setting("train.sampling", str, "sequential"),)

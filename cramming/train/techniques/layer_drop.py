@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from cramming.errors import CrammingError, require
-from cramming.plugin_keys import Setting
+from cramming.plugins import Setting
 from cramming.train.callbacks import TrainState
 from cramming.train.techniques.base import RunContext, Technique
 
@@ -35,10 +35,10 @@ def drop_rates(fraction: float, num_layers: int, max_rate: float, rise_fraction:
 
 
 class LayerDrop(Technique):
-    name = "train.layer_drop"
+    name, override = "layer-drop", "train.layer_drop"
     switch = "train.layer_drop.max_rate"
     settings = (Setting("train.layer_drop", LayerDropConfig),)
-    conflicts = {"train.stacking": "both set the layers a step runs: use one at a time"}
+    conflicts = {"stacking": "both set the layers a step runs: use one at a time"}
 
     def __init__(self, max_rate: float, rise_fraction: float, seed: int):
         self.max_rate, self.rise_fraction, self.seed = max_rate, rise_fraction, seed

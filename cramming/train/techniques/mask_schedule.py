@@ -15,7 +15,7 @@ and the FLOPs figures keep `train.mlm_rate`, so their numbers compare with other
 from cramming.data.mlm import MLMCollator
 from cramming.data.stream import Microbatches
 from cramming.errors import require
-from cramming.plugin_keys import Setting
+from cramming.plugins import Setting
 from cramming.train.callbacks import TrainState
 from cramming.train.techniques.base import RunContext, Technique
 
@@ -26,11 +26,11 @@ def rate_at(rates: list[float], fraction: float) -> float:
 
 
 class MaskSchedule(Technique):
-    name = "train.mask_schedule"
+    name, override = "mask-schedule", "train.mask_schedule"
     switch = "train.mask_schedule"
     # the mask rates, in equal parts of the run ([] : train.mlm_rate throughout)
     settings = (Setting("train.mask_schedule", list[float], []),)
-    conflicts = {"train.sampling=importance": "both draw the microbatches: use one at a time"}
+    conflicts = {"importance-sampling": "both draw the microbatches: use one at a time"}
 
     def __init__(self, rates: list[float]):
         self.rates, self.fraction = rates, 0.0

@@ -13,7 +13,7 @@ import logging
 import torch
 
 from cramming.errors import CrammingError, require
-from cramming.plugin_keys import Setting
+from cramming.plugins import Setting
 from cramming.train.optimizers import OPTIMIZERS
 from cramming.train.techniques.base import RunContext, Technique
 
@@ -52,16 +52,16 @@ def offload(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
 
 
 class OffloadOptimizer(Technique):
-    name = "impl.offload_optimizer=true"
+    name, override = "offload", "impl.offload_optimizer=true"
     switch = "impl.offload_optimizer"
     # true: optimizer state and master weights in CPU memory, the update on the CPU (one GPU, not fp16); a no-op
     # with a notice on a CPU-only run
     settings = (Setting("impl.offload_optimizer", bool, False),)
-    variant, variant_overrides = "offload", ("impl.offload_optimizer=true",)
+    variant_overrides = ("impl.offload_optimizer=true",)
     uses_torchao_kernels = needs_cuda = True
-    conflicts = {"train.stacking": "do not combine: stacking copies optimizer state between parameters, and the "
+    conflicts = {"stacking": "do not combine: stacking copies optimizer state between parameters, and the "
                              "offloaded state lives in per-parameter CPU optimizers",
-                 "train.sparsity": "do not combine: the CPU master weights would keep the pruned values and copy them "
+                 "sparsity": "do not combine: the CPU master weights would keep the pruned values and copy them "
                              "back each step"}
 
     def __init__(self, on_gpu: bool):

@@ -16,15 +16,15 @@ import torch
 
 from cramming.engine.step import Step, StepState
 from cramming.errors import require
-from cramming.plugin_keys import Setting
+from cramming.plugins import Setting
 from cramming.train.techniques.base import RunContext, Technique, parameter_bytes
 
 
 class SharpnessAware(Technique):
-    name = "train.optim.sam_rho"
+    name, override = "sam", "train.optim.sam_rho"
     switch = "train.optim.sam_rho"
     settings = (Setting("train.optim.sam_rho", float, 0.0),)
-    variant, variant_overrides = "sam", ("train.optim.sam_rho=0.05",)
+    variant_overrides = ("train.optim.sam_rho=0.05",)
     keeps_batches = True  # the second pass runs the step's microbatches again
 
     def __init__(self, rho: float):

@@ -26,7 +26,7 @@ class SophiaHessian(Technique):
     its optimizer (`train.optim.name=sophia`, its defaults in configs/optim/sophia.yaml); it checks the
     optimizer's own two hyperparameters (gamma, hessian_every: cramming.train.optimizers)."""
 
-    name = "train.optim.name=sophia"
+    name, override = "sophia-hessian", "train.optim.name=sophia"
     switch, switch_value = "train.optim.name", "sophia"
 
     def __init__(self, every: int, seed: int):

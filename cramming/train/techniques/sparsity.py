@@ -36,7 +36,7 @@ from cramming.errors import CrammingError, require
 from cramming.model.checkpoint import load_weights, read_weights
 from cramming.model.config import as_model_config
 from cramming.model.crammed_bert import encoder_matrices
-from cramming.plugin_keys import Setting
+from cramming.plugins import Setting
 from cramming.runs import CONFIG_FILE, FINAL, resolve_checkpoint, run_config
 from cramming.train.callbacks import TrainState
 from cramming.train.techniques.base import RunContext, Technique
@@ -102,11 +102,11 @@ def gradual_density(fraction: float, density: float, start: float, end: float) -
 
 
 class Sparsity(Technique):
-    name = "train.sparsity"
+    name, override = "sparsity", "train.sparsity"
     switch = "train.sparsity.method"
     settings = (Setting("train.sparsity", SparsityConfig),)
-    conflicts = {"train.stacking": "do not combine: a grown layer would keep its own mask, not its source's",
-                 "train.optim.sam_rho": "do not combine: SAM's move would reach the pruned weights"}
+    conflicts = {"stacking": "do not combine: a grown layer would keep its own mask, not its source's",
+                 "sam": "do not combine: SAM's move would reach the pruned weights"}
 
     @staticmethod
     def speed_notice(cfg, device: torch.device) -> str | None:

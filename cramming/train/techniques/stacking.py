@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 
 from cramming.errors import CrammingError, require
-from cramming.plugin_keys import Setting
+from cramming.plugins import Setting
 from cramming.train.callbacks import TrainState
 from cramming.train.techniques.base import RunContext, Technique
 
@@ -47,7 +47,7 @@ def copy_optimizer_state(optimizer: torch.optim.Optimizer, source: torch.nn.Para
 
 
 class Stacking(Technique):
-    name = "train.stacking"
+    name, override = "stacking", "train.stacking"
     switch = "train.stacking.stages"
     settings = (Setting("train.stacking", StackingConfig),)
 

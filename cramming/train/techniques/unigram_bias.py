@@ -17,7 +17,7 @@ import torch
 from cramming.data.store import PreparedDataset
 from cramming.data.vocab import SPECIAL_TOKENS
 from cramming.errors import require
-from cramming.plugin_keys import Setting
+from cramming.plugins import Setting
 from cramming.train.techniques.base import RunContext, Technique
 
 
@@ -30,7 +30,7 @@ def log_unigram(counts: np.ndarray) -> torch.Tensor:
 
 
 class UnigramBias(Technique):
-    name = "train.unigram_bias"
+    name, override = "unigram-bias", "train.unigram_bias"
     switch = "train.unigram_bias"
     settings = (Setting("train.unigram_bias", bool, False),)  # the decoder's bias from the data's token counts
     arch_needs = {"decoder_bias": True}

@@ -16,7 +16,7 @@ import torch
 
 from cramming.data.mlm import IGNORE_INDEX, labels_at_logits
 from cramming.errors import require
-from cramming.plugin_keys import Setting
+from cramming.plugins import Setting
 from cramming.train.callbacks import TrainState
 from cramming.train.techniques.base import RunContext, Technique
 
@@ -36,10 +36,10 @@ def z_penalty(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 class ZLoss(Technique):
-    name = "train.z_loss"
+    name, override = "z-loss", "train.z_loss"
     switch = "train.z_loss.weight"
     settings = (Setting("train.z_loss", ZLossConfig),)
-    variant, variant_overrides = "z-loss", ("train.z_loss.weight=1e-4",)
+    variant_overrides = ("train.z_loss.weight=1e-4",)
 
     def __init__(self, weight: float):
         self.weight = weight

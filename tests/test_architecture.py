@@ -13,12 +13,12 @@ PACKAGE = Path(cramming.__file__).resolve().parent
 LAYERS = (
     ("cli",),
     ("calculator",),
-    ("ablate", "bench", "golden"),
+    ("ablate", "bench"),
     ("preflight",),
     ("pretraining",),
     ("train", "eval"),
     ("engine", "model"),
-    ("data", "runs", "provenance"),
+    ("data", "provenance"),
     ("cramming",),  # the package's own __init__: its version and where configs/ is
     ("files", "threads", "library_noise", "plugins", "phase_progress", "hub"),
     ("errors",),
@@ -99,7 +99,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def part_of(module: str) -> str:
-    """The part a module belongs to: cramming.train.loop -> train, cramming.runs -> runs, cramming -> cramming."""
+    """The part a module belongs to: cramming.train.loop -> train, cramming.errors -> errors, cramming -> cramming."""
     return module.split(".")[1] if "." in module else module
 
 

@@ -4,7 +4,7 @@ commit the new numbers with the reason in the message."""
 
 import pytest
 
-from cramming import golden
+from cramming.bench import golden
 from tests.conftest import REPO_ROOT, SHARED_DATA
 
 GOLDEN_DIR = REPO_ROOT / "tests" / "golden"

@@ -8,8 +8,8 @@ import pytest
 
 from cramming.errors import CrammingError
 from cramming.files import folder_name
-from cramming.runs import (STATE_FILE, WEIGHTS_FILE, comparison_path, new_run_dir, record_config, resolve_checkpoint,
-                           run_config, run_configs, run_of)
+from cramming.train.runs import (STATE_FILE, WEIGHTS_FILE, comparison_path, new_run_dir, record_config,
+                                 resolve_checkpoint, run_config, run_configs, run_of)
 from tests.commands import in_process
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cramming import golden
+from cramming.bench import golden
 from cramming.cli import compare_runs
 from cramming.errors import CrammingError
 from cramming.pretraining import pretrain as pretrain_in_process

@@ -1,6 +1,6 @@
 """How long the whole GLUE protocol takes on this machine, projected from a short measured slice of each task.
 
-    python scripts/bench_glue_protocol.py [--glue-dir ../shared/data/glue] [--ckpt <checkpoint>] [--steps 20]
+    python scripts/bench_glue_protocol.py --glue-dir <GLUE folder> [--ckpt <checkpoint>] [--steps 20]
         [--tasks cola,sst2,...] [--repeats 3] [--dropout 0.1] [--compile auto|true|false] [--device auto]
         [--layers 2 --hidden 128 --heads 4 --intermediate 512]
 
@@ -74,7 +74,7 @@ def projected(measured: dict, name: str, epochs: int, batch_size: int) -> float:
 @exit_on_user_error
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--glue-dir", type=Path, default=Path("../shared/data/glue"))
+    parser.add_argument("--glue-dir", type=Path, help="a folder of the classic GLUE TSVs (<task>/train.tsv, dev.tsv)")
     parser.add_argument("--ckpt", help="a checkpoint directory to fine-tune (default: random weights)")
     parser.add_argument("--steps", type=int, default=20, help="training steps a task's timed epoch runs")
     parser.add_argument("--repeats", type=int, default=3, help="timed epochs after the first; medians reported")
@@ -100,6 +100,8 @@ def main() -> None:
     if unknown or not chosen:
         raise CrammingError(f"--tasks {args.tasks}: {', '.join(unknown) or 'none given'}; choose from "
                             f"{', '.join(FULL_SIZES)}")
+    if args.glue_dir is None:
+        raise CrammingError("--glue-dir <folder> is needed: a folder of the classic GLUE TSVs (RTE/train.tsv, ...)")
     if not (args.glue_dir / "RTE" / "train.tsv").is_file():
         raise CrammingError(f"--glue-dir {args.glue_dir}: {args.glue_dir / 'RTE' / 'train.tsv'} not found "
                             "(a classic GLUE TSV directory)")

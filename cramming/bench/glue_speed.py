@@ -1,6 +1,6 @@
 """GLUE fine-tuning speed with and without unpadding, side by side in one process.
 
-    python scripts/bench_glue_speed.py [--glue-dir ../shared/data/glue] [--examples 800] [--repeats 3]
+    python scripts/bench_glue_speed.py --glue-dir <GLUE folder> [--examples 800] [--repeats 3]
         [--layers 2 --hidden 128 --heads 4 --intermediate 512] [--vocab 4096] [--device auto]
 
 On a CPU, --examples and --repeats left out are 200 and 2, and a line says so: 800 x 3 took over 10 minutes
@@ -63,7 +63,7 @@ def make_checkpoint(directory: Path, glue_dir: Path, args) -> Path:
 @exit_on_user_error
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--glue-dir", type=Path, default=Path("../shared/data/glue"))
+    parser.add_argument("--glue-dir", type=Path, help="a folder of the classic GLUE TSVs (<task>/train.tsv, dev.tsv)")
     parser.add_argument("--examples", type=int, help="training examples per task, a fixed subset (default: 800, "
                                                        "200 on a CPU)")
     parser.add_argument("--repeats", type=int, help="default: 3, 2 on a CPU")
@@ -74,6 +74,8 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=4096)
     parser.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda or cuda:<index>")
     args = parser.parse_args()
+    if args.glue_dir is None:
+        raise CrammingError("--glue-dir <folder> is needed: a folder of the classic GLUE TSVs (RTE/train.tsv, ...)")
     device = resolve_device(args.device, "--device")
     left_out = args.examples is None or args.repeats is None
     examples, repeats = SIZES["cpu" if device.type == "cpu" else "gpu"]

@@ -34,7 +34,7 @@ from cramming.bench.gpu_suite import SELECTIONS, run_gpu_suite
 from cramming.bench.inspect import sdpa_kernel_used
 from cramming.errors import CrammingError
 from cramming.pretraining import PretrainConfig, pretrain  # noqa: F401  (PretrainConfig registers the schemas)
-from cramming.runs import new_run_dir, resolve_checkpoint
+from cramming.train.runs import new_run_dir, resolve_checkpoint
 from cramming.train.signals import Interrupted
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Corpus preparation against bare `tokenizers` encoding of the same files.
 
-    python scripts/bench_prepare.py --files '../shared/data/corpus/gutenberg_en/train-00[0-4].txt.gz' \
-        --files '../shared/data/corpus/gutenberg_en/train-*.txt.gz'
+    python scripts/bench_prepare.py --files '<corpus folder>/train-00[0-4].txt.gz' \
+        --files '<corpus folder>/train-*.txt.gz'
 
 For each file set, in separate processes one after the other: `prepare_data.py` (as `python -m
 cramming.cli.prepare_data`) into an empty cache (tokenizer training, filters, encoding, packing, ordering), then a

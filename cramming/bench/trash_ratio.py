@@ -1,7 +1,7 @@
 """Tokens per character against vocabulary size: what the trash filter (data.filter.trash_cutoff) sees.
 
-    python scripts/bench_trash_ratio.py --train '../shared/data/corpus/gutenberg_en/train-000.txt.gz' \
-        --measure '../shared/data/corpus/gutenberg_en/valid-000.txt.gz' --vocab-sizes 4096 8192 16384 32768
+    python scripts/bench_trash_ratio.py --train '<corpus folder>/train-000.txt.gz' \
+        --measure '<corpus folder>/valid-000.txt.gz' --vocab-sizes 4096 8192 16384 32768
 
 For each vocabulary size, trains the pipeline's tokenizer (data.tokenizer.*, its first train_sample_mb of
 the --train files that pass the filters, exactly as preparation does), then encodes every document of the

@@ -25,7 +25,7 @@ from cramming.data.store import EXECUTION_ONLY_KEYS
 from cramming.errors import CrammingError
 from cramming.model import training_flops_per_token
 from cramming.model.config import as_model_config
-from cramming.runs import CONFIG_FILE, flatten, run_config
+from cramming.train.runs import CONFIG_FILE, flatten, run_config
 
 from .speed_model import non_embedding_parameters
 

@@ -2,7 +2,7 @@
 `cramming-eval-glue`. Writes glue_results.{json,md}.
 
     python eval_glue.py ckpt=outputs/<name>/<timestamp>/checkpoints/final
-    python eval_glue.py ckpt=latest eval.tasks=[rte,mrpc] eval.data_dir=../shared/data/glue
+    python eval_glue.py ckpt=latest eval.tasks=[rte,mrpc] eval.data_dir=<GLUE folder>
     python eval_glue.py ckpt=hf:bert-base-uncased          # any transformers encoder: hub id or local folder
     python eval_glue.py ckpt=latest 'eval.tasks=[swag]'     # SWAG multiple choice, beside the GLUE average
 """
@@ -18,7 +18,7 @@ from omegaconf import MISSING
 from cramming.cli import hydra_command
 from cramming.eval.config import HF_PREFIX
 from cramming.eval.tasks.registry import GlueConfig  # registers the eval schema
-from cramming.runs import RunStart, resolve_checkpoint
+from cramming.train.runs import RunStart, resolve_checkpoint
 
 log = logging.getLogger(__name__)
 

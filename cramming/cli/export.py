@@ -24,7 +24,7 @@ from omegaconf import MISSING, OmegaConf
 
 from cramming.cli import hydra_command
 from cramming.errors import CrammingError, problems_of, raise_problems, require
-from cramming.runs import resolve_checkpoint
+from cramming.train.runs import resolve_checkpoint
 
 
 @dataclass

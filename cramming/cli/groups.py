@@ -7,7 +7,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from cramming import CONFIG_DIR, compose_config
-from cramming.runs import flatten
+from cramming.train.runs import flatten
 
 ROOT_SCRIPTS = ("pretrain", "eval_glue")  # the others are scripts/<command>.py
 SHOWN_KEYS = 4  # of the keys a replaced group choice changes

@@ -23,7 +23,7 @@ from cramming.pretraining import (  # registers the config schemas
     PretrainConfig,
     pretrain,
 )
-from cramming.runs import FINAL
+from cramming.train.runs import FINAL
 from cramming.threads import set_cpu_threads
 from cramming.train.settings import device_type
 

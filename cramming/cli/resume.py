@@ -13,7 +13,7 @@ from cramming import CHOOSING_KEYS
 from cramming.cli.overrides import key_of
 from cramming.errors import CrammingError
 from cramming.pretraining import PretrainConfig
-from cramming.runs import CONFIG_FILE, FINAL, check_run_name, differences, resolve_checkpoint, run_config, run_of
+from cramming.train.runs import CONFIG_FILE, FINAL, check_run_name, differences, resolve_checkpoint, run_config, run_of
 from cramming.model.checkpoint import read_config
 from cramming.train.resume import check_resumed_model, load_state
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from cramming import golden
+from cramming.bench import golden
 from cramming.errors import CrammingError, exit_on_user_error
 from cramming.provenance import provenance
 

@@ -1,7 +1,7 @@
 """Score any checkpoint zero-shot: BLiMP minimal pairs by pseudo-log-likelihood and bits per character, no
 fine-tuning: `python scripts/zero_shot.py` or `cramming-zero-shot`. Writes zero_shot_results.{json,md}.
 
-    python scripts/zero_shot.py ckpt=latest blimp_dir=../shared/data/blimp
+    python scripts/zero_shot.py ckpt=latest blimp_dir=<BLiMP folder>
     python scripts/zero_shot.py ckpt=outputs/<name>/<timestamp> blimp_dir=blimp pairs_per_paradigm=100
     python scripts/zero_shot.py ckpt=hf:bert-base-uncased text_file=held_out.txt   # BLiMP from the hub
 """
@@ -17,7 +17,7 @@ from cramming.eval.zero_shot import (  # registers the config schema
     check,
     run_zero_shot,
 )
-from cramming.runs import resolve_checkpoint
+from cramming.train.runs import resolve_checkpoint
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
 from cramming.errors import CrammingError
-from cramming.runs import LossBasis, loss_basis, read_records, run_config
+from cramming.train.runs import LossBasis, loss_basis, read_records, run_config
 from cramming.train.callbacks import Callback, TrainState
 
 PLOTS_DIR = "plots"

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from cramming.errors import CrammingError
 from cramming.files import write_atomically
 from cramming.engine.hardware import model_flops_utilization
-from cramming.runs import read_records
+from cramming.train.runs import read_records
 from cramming.train.callbacks import Callback, TrainState
 from cramming.train.telemetry import TelemetrySampler
 

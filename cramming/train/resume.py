@@ -22,7 +22,7 @@ from cramming.files import write_atomically
 from cramming.model import build_mlm_model
 from cramming.model.checkpoint import check_declared_shapes, declared_sizes, load_weights, read_weights
 from cramming.model.config import ModelConfig, as_model_config
-from cramming.runs import STATE_FILE, differences, flatten, new_run_dir, read_records, resumed_run_dir
+from cramming.train.runs import STATE_FILE, differences, flatten, new_run_dir, read_records, resumed_run_dir
 from cramming.train.callbacks import Callback, TrainState
 from cramming.train.checkpointing import finite_optimizer_state
 from cramming.train.config import TrainConfig
@@ -177,7 +177,7 @@ def charge_lost_time(run_dir: Path, progress: Progress) -> float:
 
 
 def run_directory(cfg, dist: Distributed, checkpoint: Path | None, progress: Progress) -> Path:
-    """Where the run writes (cramming.runs.resumed_run_dir): a resumed run goes on in its own directory, charged
+    """Where the run writes (cramming.train.runs.resumed_run_dir): a resumed run goes on in its own directory, charged
     the training a crash lost after the checkpoint; a new run, or one resumed from a checkpoint elsewhere, gets a
     new directory (the latter with the records up to its step)."""
     run_dir = None

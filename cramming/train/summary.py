@@ -18,7 +18,7 @@ import torch
 
 from cramming.files import write_atomically
 from cramming.engine.hardware import model_flops_utilization
-from cramming.runs import read_records
+from cramming.train.runs import read_records
 from cramming.phase_progress import duration_text
 from cramming.threads import BUSY_FROM, measured_share
 from cramming.train.plots import plot_run

@@ -31,7 +31,7 @@ from cramming.engine.step import Step
 from cramming.files import WriteFailed
 from cramming.model import build_mlm_model, training_flops_per_token
 from cramming.provenance import config_sha256, provenance
-from cramming.runs import CONFIG_FILE, FINAL, RunStart, record_config, resolve_checkpoint, run_of
+from cramming.train.runs import CONFIG_FILE, FINAL, RunStart, record_config, resolve_checkpoint, run_of
 from cramming.train.callbacks import Callback, CallbackList, TrainState, step_points
 from cramming.train.checkpointing import Checkpointer, NonFiniteWeightsError
 from cramming.train.data_repeats import DataRepeats

@@ -23,7 +23,8 @@ def rounded_ratio_fits(ratio: float, top: float, bottom: float, rate_step: float
 def test_glue_speed_compares_padded_and_unpadded(tmp_path):
     if not (SHARED_DATA / "glue" / "RTE").is_dir():
         pytest.skip("GLUE TSV files not found")
-    run = subprocess.run([sys.executable, "scripts/bench_glue_speed.py", "--examples", "32", "--repeats", "1",
+    run = subprocess.run([sys.executable, "scripts/bench_glue_speed.py", "--glue-dir", str(SHARED_DATA / "glue"),
+                          "--examples", "32", "--repeats", "1",
                           "--layers", "1", "--hidden", "32", "--heads", "2", "--intermediate", "64", "--vocab", "500"],
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
@@ -114,6 +115,7 @@ def test_glue_protocol_projects_every_task_and_the_whole(tmp_path):
 
 @pytest.mark.parametrize("arguments, message", [
     (["--glue-dir", "{tmp}"], "error: --glue-dir {tmp}: {tmp}/RTE/train.tsv not found (a classic GLUE TSV directory)"),
+    ([], "error: --glue-dir <folder> is needed: a folder of the classic GLUE TSVs (RTE/train.tsv, ...)"),
     (["--steps", "0"], "error: --steps and --repeats must be at least 1, got 0 and 3"),
     (["--dropout", "1"], "error: --dropout must be in [0, 1), got 1.0"),
     (["--tasks", "rte,boolq"], "error: --tasks rte,boolq: boolq; choose from cola, sst2, mrpc, stsb, qqp, mnli, qnli, "

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cramming.pretraining import pretrain
-from cramming.runs import loss_basis
+from cramming.train.runs import loss_basis
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT
 from tests.train.runs import STEP_RUN, compose_config, copy_run, records

@@ -131,7 +131,7 @@ def test_the_gradient_plot_draws_the_runs_clip_threshold(tmp_path, monkeypatch):
     """A run clipping every step said nothing of the threshold it clipped at (the config's, a resume's last)."""
     from omegaconf import OmegaConf
 
-    from cramming.runs import record_config
+    from cramming.train.runs import record_config
 
     run_dir = tmp_path / "run" / "2026-01-01_00-00-00"
     run_dir.mkdir(parents=True)

@@ -10,7 +10,7 @@ import sys
 import torch
 from safetensors.torch import load_file
 
-from cramming.runs import run_configs
+from cramming.train.runs import run_configs
 from cramming.pretraining import pretrain as pretrain_in_process
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT

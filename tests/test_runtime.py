@@ -11,7 +11,7 @@ from cramming.errors import CrammingError
 from cramming.engine.precision import Precision
 from cramming.model import build_mlm_model
 from cramming.model.config import ModelConfig
-from cramming.engine.schedules import accumulation_steps, lr_multiplier, target_batch_size
+from cramming.engine.schedules import LR_SCHEDULES, accumulation_steps, lr_multiplier, target_batch_size
 
 
 @pytest.mark.parametrize(("fraction", "expected"), [(0.0, 0.25), (0.6, 0.85), (0.75, 1.0), (1.0, 0.0), (0.9, 0.4)])
@@ -46,7 +46,7 @@ def test_ablation_schedules():
     assert lr_multiplier("one-cycle", 0.1, w) == pytest.approx(1.0)
     assert lr_multiplier("one-cycle", 0.55, w) == pytest.approx((1 + 1 / 25e4) / 2)
     assert lr_multiplier("one-cycle", 1.0, w) == pytest.approx(1 / 25e4)
-    for schedule in ("triangle", "constant", "linear", "cosine", "wsd", "one-cycle", "inverse-sqrt"):
+    for schedule in LR_SCHEDULES:  # every schedule, a new one too
         values = [lr_multiplier(schedule, i / 1000, w) for i in range(1001)]
         assert all(0.0 <= v <= 1.0 for v in values), schedule
 

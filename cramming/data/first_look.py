@@ -16,8 +16,6 @@ import numpy as np
 
 from cramming.data.config import DataBaseConfig
 from cramming.data.filters import DocumentFilter, median_tokens_per_char, trash_cutoff, trash_mask
-from cramming.data.local_source import LocalSource
-from cramming.data.mixture import Mixture
 from cramming.data.packing import TextBatch
 from cramming.data.source_base import Source
 from cramming.data.tokenizer import SPECIAL_TOKENS, train_tokenizer
@@ -51,17 +49,8 @@ class FirstLook:
 def data_problems(cfg: DataBaseConfig, source: Source) -> FirstLook:
     """Every input file's format (file_problems), then the first records through the filters and a tokenizer
     trained on them as preparation would; raises Problems naming the settings that would keep nothing."""
-    raise_problems([problem for path in input_files(source) for problem in file_problems(path)])
+    raise_problems([problem for path in source.input_files() for problem in file_problems(path)])
     return look_at_first_records(cfg, source)
-
-
-def input_files(source: Source) -> list[str]:
-    """The local files a source reads (a mixture's local components' too)."""
-    if isinstance(source, LocalSource):
-        return list(source.files)
-    if isinstance(source, Mixture):
-        return [path for component in source.components for path in input_files(component)]
-    return []
 
 
 def file_problems(path: str) -> list[str]:

@@ -113,6 +113,9 @@ class LocalSource(Source):
     def where(self) -> str:
         return f"data.files ({listed(self.files)})"
 
+    def input_files(self) -> list[str]:
+        return list(self.files)
+
     def fingerprint(self) -> dict:
         return {
             "files": [

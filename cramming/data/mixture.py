@@ -111,6 +111,9 @@ class Mixture(Source):
         return "data.sources (" + "; ".join(f"{name}: {listed(component.files)}" for name, component in
                                             zip(self.names, self.components)) + ")"
 
+    def input_files(self) -> list[str]:
+        return [path for component in self.components for path in component.input_files()]
+
     def fingerprint(self) -> dict:
         return {"mixture": [component.fingerprint() for component in self.components]}
 

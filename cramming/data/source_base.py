@@ -51,6 +51,10 @@ class Source(Plugin, ABC):
     def fingerprint(self) -> dict:
         """What identifies the raw text, for the cache key: content hash, file identities, or hub coordinates."""
 
+    def input_files(self) -> list[str]:
+        """The local files it reads, whose formats are checked before any work (cramming.data.first_look)."""
+        return []
+
     def total_bytes(self) -> int | None:
         """Uncompressed input size when it can be known up front (for the progress bar)."""
         return None

@@ -33,7 +33,7 @@ class OptimConfig:
     betas (0.9, 0.98), eps 1e-12, weight decay 0.01). A hyperparameter the optimizer reads must be set, one it
     does not read must stay null. Techniques add their own keys here."""
 
-    name: str = "adamw"  # adamw | lamb | lion | sgd-nesterov | adafactor | muon | adamw8bit (CUDA) | sophia | ...
+    name: str = "adamw"  # one of OPTIMIZERS (cramming.train.optimizers), each with its configs/optim/<name>.yaml
     # the hyperparameters (lr, betas, eps, weight_decay, momentum, ...) are the optimizers' settings, added below
     decay_embeddings: bool = True  # false: no weight decay on embedding tables either
     grad_clip: Optional[float] = 0.5  # max global gradient norm; null disables

@@ -17,7 +17,8 @@ Weight decay falls on matrices only for all of them (cramming.engine.adamw.param
 from torch.optim where it has them, from pytorch-optimizer (LAMB, Lion, Muon) and torchao (8-bit AdamW)
 otherwise; SophiaG is written here. docs/ablations.md says what each does.
 
-Adding one: its class here, one entry in OPTIMIZERS, and configs/optim/<name>.yaml with its defaults.
+Adding one: its class here, one entry in OPTIMIZERS, and configs/optim/<name>.yaml with its defaults. The module
+holds one concept, the pretraining optimizer choices, so it may grow past 300 lines rather than split them.
 """
 
 from typing import ClassVar, Optional

@@ -6,6 +6,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from cramming.cli.eval_glue import EvalGlueConfig  # noqa: F401  (registers eval_glue.yaml's schema, eval_glue_schema)
 from cramming.errors import CrammingError
 from cramming.eval.config import protocol_deviations
 from cramming.eval.tasks.registry import GlueConfig, as_glue_config

@@ -13,14 +13,14 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from cramming.data.sources import DataConfig, check_data_config
+from cramming.engine.hardware import GpuProfile, check_budget
 from cramming.errors import problems_of, raise_problems, require
 from cramming.eval.probe import ZeroShotProbe
 from cramming.eval.tasks.registry import GlueConfig, as_glue_config, check_glue_config
-from cramming.engine.hardware import GpuProfile, check_budget
 from cramming.model.config import ModelConfig, as_model_config
-from cramming.train.runs import FINAL, check_run_name
 from cramming.train.callbacks import Callback
 from cramming.train.config import CheckpointConfig, ImplConfig, LoggingConfig, TrainConfig, WandbConfig
+from cramming.train.runs import FINAL, check_run_name
 from cramming.train.techniques import check_techniques, fill_arch_needs
 
 if TYPE_CHECKING:

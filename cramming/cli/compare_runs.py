@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 
 from cramming.errors import CrammingError, exit_on_user_error
 from cramming.files import read_json_object
-from cramming.train.runs import comparison_path, differences, loss_basis, read_records, run_checkpoint, run_config
 from cramming.train.plots import loss_note, plot_comparison
+from cramming.train.runs import comparison_path, differences, loss_basis, read_records, run_checkpoint, run_config
 
 CURVE_ROWS = 12  # steps shown side by side
 

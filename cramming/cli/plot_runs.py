@@ -13,8 +13,8 @@ import argparse
 from pathlib import Path
 
 from cramming.errors import exit_on_user_error
-from cramming.train.runs import comparison_path, loss_basis
 from cramming.train.plots import loss_note, plot_comparison
+from cramming.train.runs import comparison_path, loss_basis
 
 
 @exit_on_user_error

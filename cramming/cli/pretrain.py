@@ -23,8 +23,8 @@ from cramming.pretraining import (  # registers the config schemas
     PretrainConfig,
     pretrain,
 )
-from cramming.train.runs import FINAL
 from cramming.threads import set_cpu_threads
+from cramming.train.runs import FINAL
 from cramming.train.settings import device_type
 
 log = logging.getLogger(__name__)

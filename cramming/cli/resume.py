@@ -12,10 +12,10 @@ from omegaconf.errors import OmegaConfBaseException
 from cramming import CHOOSING_KEYS
 from cramming.cli.overrides import key_of
 from cramming.errors import CrammingError
-from cramming.pretraining import PretrainConfig
-from cramming.train.runs import CONFIG_FILE, FINAL, check_run_name, differences, resolve_checkpoint, run_config, run_of
 from cramming.model.checkpoint import read_config
+from cramming.pretraining import PretrainConfig
 from cramming.train.resume import check_resumed_model, load_state
+from cramming.train.runs import CONFIG_FILE, FINAL, check_run_name, differences, resolve_checkpoint, run_config, run_of
 
 log = logging.getLogger("pretrain")
 

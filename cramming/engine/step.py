@@ -74,8 +74,8 @@ class Step:
     def __init__(self, network: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
                  precision: Precision, batches: Iterator[dict], *, points: StepPoints | None = None,
                  grad_clip: float | None = None, skip_nonfinite: bool = True, dist: Ranks | None = None):
-        self.network, self.optimizer, self.scaler, self.precision = network, optimizer, scaler, precision
-        self.autocast = precision.autocast()  # entered anew for each microbatch
+        self.network, self.optimizer, self.scaler = network, optimizer, scaler
+        self.autocast = precision.autocast()  # the precision's, made once and entered anew for each microbatch
         self.batches, self.points = batches, points or StepPoints()
         self.grad_clip, self.skip_nonfinite = grad_clip, skip_nonfinite
         self.dist = dist if dist is not None and dist.enabled else None

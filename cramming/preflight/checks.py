@@ -29,18 +29,18 @@ from cramming.data import store
 from cramming.data.first_look import data_problems
 from cramming.data.prepare import dataset_folder, first_look_before_preparing
 from cramming.data.sources import source_from_config
+from cramming.engine.hardware import budget_seconds
 from cramming.errors import CrammingError, problems_of, raise_problems, size_text
 from cramming.eval.start import check_glue_after_pretraining
 from cramming.eval.tasks.registry import as_glue_config, requested_tasks
 from cramming.files import check_directory
-from cramming.engine.hardware import budget_seconds
 from cramming.model import build_mlm_model
 from cramming.model.config import as_model_config
 from cramming.model.shapes import shapes_only
 from cramming.pretraining import PretrainConfig
 from cramming.train.optimizers import OPTIMIZERS
-from cramming.train.stopping import simulated_microbatch_seconds
 from cramming.train.settings import device_profile, device_type, resolve_settings
+from cramming.train.stopping import simulated_microbatch_seconds
 from cramming.train.techniques import check_on_device, check_technique_inputs
 
 log = logging.getLogger("pretrain")

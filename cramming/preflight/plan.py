@@ -27,8 +27,8 @@ from cramming.train.data_repeats import MANY_EPOCHS
 from cramming.train.distributed import Distributed
 from cramming.train.loop import Schedule
 from cramming.train.microbatch import choose_microbatch
-from cramming.train.stopping import simulated_microbatch_seconds
 from cramming.train.reporting import format_duration
+from cramming.train.stopping import simulated_microbatch_seconds
 
 
 

@@ -15,8 +15,8 @@ from torch import nn
 from cramming.errors import CrammingError, free_space
 from cramming.files import WriteFailed
 from cramming.model.checkpoint import non_finite, save_pretrained
-from cramming.train.runs import FINAL, STATE_FILE, step_name
 from cramming.train.callbacks import Callback, CallbackList, TrainState
+from cramming.train.runs import FINAL, STATE_FILE, step_name
 from cramming.train.techniques import optimizer_state_parts
 
 log = logging.getLogger("pretrain")

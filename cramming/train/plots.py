@@ -15,8 +15,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
 from cramming.errors import CrammingError
-from cramming.train.runs import LossBasis, loss_basis, read_records, run_config
 from cramming.train.callbacks import Callback, TrainState
+from cramming.train.runs import LossBasis, loss_basis, read_records, run_config
 
 PLOTS_DIR = "plots"
 # Redrawing the plots takes about a second: at most this often while training (the end of the run draws its own).

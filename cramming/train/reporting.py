@@ -17,11 +17,11 @@ from typing import Callable
 import torch
 from omegaconf import OmegaConf
 
+from cramming.engine.hardware import model_flops_utilization
 from cramming.errors import CrammingError
 from cramming.files import write_atomically
-from cramming.engine.hardware import model_flops_utilization
-from cramming.train.runs import read_records
 from cramming.train.callbacks import Callback, TrainState
+from cramming.train.runs import read_records
 from cramming.train.telemetry import TelemetrySampler
 
 log = logging.getLogger("pretrain")

@@ -22,11 +22,11 @@ from cramming.files import write_atomically
 from cramming.model import build_mlm_model
 from cramming.model.checkpoint import check_declared_shapes, declared_sizes, load_weights, read_weights
 from cramming.model.config import ModelConfig, as_model_config
-from cramming.train.runs import STATE_FILE, differences, flatten, new_run_dir, read_records, resumed_run_dir
 from cramming.train.callbacks import Callback, TrainState
 from cramming.train.checkpointing import finite_optimizer_state
 from cramming.train.config import TrainConfig
 from cramming.train.distributed import Distributed
+from cramming.train.runs import STATE_FILE, differences, flatten, new_run_dir, read_records, resumed_run_dir
 from cramming.train.stopping import Progress
 
 log = logging.getLogger("pretrain")

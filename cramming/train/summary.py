@@ -16,13 +16,13 @@ from pathlib import Path
 
 import torch
 
-from cramming.files import write_atomically
 from cramming.engine.hardware import model_flops_utilization
-from cramming.train.runs import read_records
+from cramming.files import write_atomically
 from cramming.phase_progress import duration_text
 from cramming.threads import BUSY_FROM, measured_share
 from cramming.train.plots import plot_run
 from cramming.train.reporting import MetricsLogger, WandbLogger
+from cramming.train.runs import read_records
 
 log = logging.getLogger("pretrain")
 SMOOTHING_FRACTION = 0.1  # smoothed loss: mean of the records in the last 10% of the steps

@@ -31,7 +31,6 @@ from cramming.engine.step import Step
 from cramming.files import WriteFailed
 from cramming.model import build_mlm_model, training_flops_per_token
 from cramming.provenance import config_sha256, provenance
-from cramming.train.runs import CONFIG_FILE, FINAL, RunStart, record_config, resolve_checkpoint, run_of
 from cramming.train.callbacks import Callback, CallbackList, TrainState, step_points
 from cramming.train.checkpointing import Checkpointer, NonFiniteWeightsError
 from cramming.train.data_repeats import DataRepeats
@@ -45,6 +44,7 @@ from cramming.train.progress_bar import ProgressBar, use_bar
 from cramming.train.reporting import MetricsLog, MetricsLogger, WandbLogger, format_duration
 from cramming.train.resume import (Heartbeat, check_resumed_model, load_state, restore, resume_fingerprint,
                                    run_directory)
+from cramming.train.runs import CONFIG_FILE, FINAL, RunStart, record_config, resolve_checkpoint, run_of
 from cramming.train.settings import Settings, device_profile, resolve_settings
 from cramming.train.signals import Interrupted
 from cramming.train.stopping import BudgetClock, LocalAgreement, Progress, StoppingRule, time_source

@@ -13,10 +13,10 @@ from cramming.errors import CrammingError
 from cramming.files import WriteFailed
 from cramming.model import build_mlm_model
 from cramming.model.config import ModelConfig
-from cramming.train.runs import FINAL, STATE_FILE, run_checkpoint, step_name
 from cramming.train import checkpointing as ckpt
-from cramming.train.stopping import Progress
 from cramming.train.resume import load_state
+from cramming.train.runs import FINAL, STATE_FILE, run_checkpoint, step_name
+from cramming.train.stopping import Progress
 
 TINY = ModelConfig(name="tiny", num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64)
 

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 from matplotlib.image import imread
 
 from cramming.train import plots
-from cramming.train.stopping import BudgetClock
 from cramming.train.plots import REDRAW_EVERY_S, PlotRefresh, plot_run
+from cramming.train.stopping import BudgetClock
 
 
 def test_a_gpu_runs_plots_include_mfu_and_the_gpu_panels(tmp_path):

@@ -10,8 +10,8 @@ import sys
 import torch
 from safetensors.torch import load_file
 
-from cramming.train.runs import run_configs
 from cramming.pretraining import pretrain as pretrain_in_process
+from cramming.train.runs import run_configs
 from tests.commands import in_process
 from tests.conftest import REPO_ROOT
 from tests.train.runs import STEP_RUN, TINY_RUN, compose_config, copy_run, only_run, records, summary

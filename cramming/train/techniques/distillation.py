@@ -25,8 +25,8 @@ from cramming.errors import CrammingError, require
 from cramming.model.checkpoint import WEIGHTS_NAME, load_pretrained, read_config, read_tokenizer
 from cramming.model.crammed_bert import CrammedForMaskedLM
 from cramming.plugins import Setting
-from cramming.train.runs import resolve_checkpoint
 from cramming.train.callbacks import TrainState
+from cramming.train.runs import resolve_checkpoint
 from cramming.train.techniques.base import RunContext, Technique
 
 log = logging.getLogger("pretrain")

@@ -37,8 +37,8 @@ from cramming.model.checkpoint import load_weights, read_weights
 from cramming.model.config import as_model_config
 from cramming.model.crammed_bert import encoder_matrices
 from cramming.plugins import Setting
-from cramming.train.runs import CONFIG_FILE, FINAL, resolve_checkpoint, run_config
 from cramming.train.callbacks import TrainState
+from cramming.train.runs import CONFIG_FILE, FINAL, resolve_checkpoint, run_config
 from cramming.train.techniques.base import RunContext, Technique
 
 log = logging.getLogger("pretrain")

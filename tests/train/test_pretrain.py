@@ -111,11 +111,11 @@ def test_quickstart_leaves_summary_plots_and_a_wandb_run_and_two_runs_overlay(sh
     assert min(r["loss"] for r in lines) <= facts["smoothed_loss"] <= max(r["loss"] for r in lines)
     assert facts["training_s"] >= budget_hours * 3600 and facts["budget_used_fraction"] == 1.0
     assert facts["mean_tokens_per_s"] == pytest.approx(facts["tokens"] / facts["training_s"], rel=1e-3)
-    assert facts["outside_training_s"] > 0 and facts["peak_memory_gb"] > 0.05
+    assert facts["peak_memory_gb"] > 0.05  # outside_training_s: the wall less simulated time, either sign
     outside = facts["outside_training"]  # its parts: set-up (data and the search in it), validations, the end
     assert outside["validation_s"] == facts["validation"]["seconds"] > 0
     assert 0 < outside["data_s"] + outside["microbatch_search_s"] <= outside["setup_s"]
-    assert outside["after_training_s"] >= 0 and outside["loop_start_and_end_s"] > 0  # the final checkpoint
+    assert outside["after_training_s"] >= 0  # the loop's start and end: either sign on a simulated clock
     parts = ("setup_s", "validation_s", "loop_start_and_end_s", "after_training_s")
     assert sum(outside[part] for part in parts) == pytest.approx(facts["outside_training_s"], abs=0.005)
     assert facts["mean_mfu"] is None and facts["energy_wh"] is None  # the cpu: no peak FLOP/s, no NVML

@@ -96,6 +96,7 @@ def test_a_run_of_steps_goes_on_with_a_larger_max_steps(shared_cache, tmp_path, 
     assert run.returncode == 0, run.stderr
     assert "resume: train.max_steps changed from 8 to 10" in run.stdout
     assert summary(run_dir)["steps"] == 10 and [r["step"] for r in records(run_dir)] == list(range(1, 11))
+    assert summary(run_dir)["outside_training"]["loop_start_and_end_s"] > 0  # the wall clock: the final checkpoint
 
 
 def test_eval_glue_says_which_checkpoint_latest_is(tmp_path, straight_run):

@@ -57,14 +57,15 @@ def test_budget_run_finishes_on_time_and_leaves_its_outputs(shared_cache, tmp_pa
 
 @pytest.mark.slow
 def test_sigkill_and_resume_match_an_uninterrupted_run(shared_cache, tmp_path, straight_run):
-    victim = pretrain(*STEP_RUN, f"output_dir={tmp_path / 'b'}", wait=False)
+    kept = "checkpoint.keep_last=8"  # step 3's checkpoint stays for the wait to see, however fast the steps
+    victim = pretrain(*STEP_RUN, kept, f"output_dir={tmp_path / 'b'}", wait=False)
     deadline = time.time() + 300
     while not list((tmp_path / "b").glob("t/*/checkpoints/step-00000003")):
         assert victim.poll() is None and time.time() < deadline, "the run ended before it could be killed"
-        time.sleep(0.05)
+        time.sleep(0.005)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
-    resumed = in_process("pretrain", *STEP_RUN, f"output_dir={tmp_path / 'b'}", "resume=latest")
+    resumed = in_process("pretrain", *STEP_RUN, kept, f"output_dir={tmp_path / 'b'}", "resume=latest")
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming" in resumed.stdout
 

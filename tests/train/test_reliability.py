@@ -68,10 +68,11 @@ def kill_tree(process: subprocess.Popen) -> None:
 
 
 def wait_for(path_glob: str, root: Path, process: subprocess.Popen, timeout: float = 300) -> None:
+    """Polls often: on a fast machine the moment lasts a few steps of a tiny model, tens of milliseconds."""
     deadline = time.time() + timeout
     while not list(root.glob(path_glob)):
         assert process.poll() is None and time.time() < deadline, "the run ended before the moment of the test"
-        time.sleep(0.05)
+        time.sleep(0.005)
 
 
 @pytest.mark.slow
@@ -82,10 +83,11 @@ def test_torchrun_killed_and_resumed_matches_an_uninterrupted_run(shared_cache, 
     state = torch.load(a / "checkpoints/final/trainer_state.pt", weights_only=True)
     assert state["fingerprint"]["world_size"] == 2 and state["progress"]["step"] == 8
     assert records(a)[-1]["batch_size"] % 32 == 0  # two ranks of 16
-    victim = run_cli(*STEP_RUN, f"output_dir={tmp_path / 'b'}", launcher=TORCHRUN, start_new_session=True)
+    kept = "checkpoint.keep_last=8"  # step 3's checkpoint stays for the wait to see, however fast the steps
+    victim = run_cli(*STEP_RUN, kept, f"output_dir={tmp_path / 'b'}", launcher=TORCHRUN, start_new_session=True)
     wait_for("t/*/checkpoints/step-00000003", tmp_path / "b", victim)
     kill_tree(victim)
-    resumed = run_cli(*STEP_RUN, f"output_dir={tmp_path / 'b'}", "resume=latest", launcher=TORCHRUN)
+    resumed = run_cli(*STEP_RUN, kept, f"output_dir={tmp_path / 'b'}", "resume=latest", launcher=TORCHRUN)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     b = only_run(tmp_path / "b")
     assert [r["step"] for r in records(b)] == list(range(1, 9))
@@ -211,8 +213,7 @@ def test_sigterm_stops_after_the_step_with_a_checkpoint_and_the_run_resumes_exac
     arguments, signum = SIGNALLED_RUN, signal.SIGTERM
     straight = pretrain(compose_config(SIGNALLED_RUN + [f"output_dir={tmp_path / 'a'}"]))
     victim = run_cli(*arguments, f"output_dir={tmp_path / 'b'}", start_new_session=True)
-    wait_for("t/*/metrics.jsonl", tmp_path / "b", victim)
-    time.sleep(0.5)
+    wait_for("t/*/metrics.jsonl", tmp_path / "b", victim)  # step 1 is done; 19 steps and a validation to go
     victim.send_signal(signum)
     output, _ = victim.communicate(timeout=120)
     assert victim.returncode == 128 + signum and "Traceback" not in output

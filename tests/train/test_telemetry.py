@@ -12,14 +12,15 @@ from cramming.train.telemetry import TelemetrySampler
 
 def test_without_a_gpu_it_samples_this_process():
     sampler = TelemetrySampler(torch.device("cpu"), interval=0.02).start()
-    deadline = time.perf_counter() + 0.3
-    while time.perf_counter() < deadline:  # keep a core busy
+    wall, cpu = time.perf_counter(), time.process_time()
+    while time.perf_counter() < wall + 0.3:  # keep a core busy
         sum(i * i for i in range(10_000))
     figures = sampler.read()
+    got_percent = 100 * (time.process_time() - cpu) / (time.perf_counter() - wall)  # of a core; less when busy
     sampler.stop()
     assert not sampler.thread.is_alive()
     assert set(figures) == {"cpu_util", "rss_gb"}  # no GPU figures, no energy
-    assert figures["cpu_util"] > 20 and 0.01 < figures["rss_gb"] < 64
+    assert figures["cpu_util"] > got_percent / 3 > 0 and 0.01 < figures["rss_gb"] < 64
     assert sampler.energy_wh() is None
     assert set(sampler.read()) == {"cpu_util", "rss_gb"}  # nothing new since the last read: a fresh sample
 

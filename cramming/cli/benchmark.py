@@ -20,7 +20,7 @@ from cramming.cli import hydra_command
 from cramming.errors import CrammingError
 
 log = logging.getLogger(__name__)
-# On the CPU, with no size on the command line: the depth of the CPU figures in docs/benchmarks.md, a minute or two
+# On the CPU, with no size on the command line: the depth of the CPU figures in docs/benchmarks.md, 30 s to 2 minutes
 # on two cores (crammed-bert's full 16 layers take about ten there, at 5 GB).
 CPU_LAYERS = 4
 SIZE_KEYS = ("arch", "benchmark.layers", "benchmark.batch_size", "benchmark.seq_length", "benchmark.vocab_size")

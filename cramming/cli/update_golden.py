@@ -30,8 +30,8 @@ def main(argv: list[str] | None = None) -> None:
         raise CrammingError(f"--glue-dir {args.glue_dir} has no RTE/ folder (the GLUE golden run fine-tunes on RTE)")
     torch.set_flush_denormal(True)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)  # the runs' progress lines
-    print(f"the golden runs: {golden.CHECKED_STEPS[-1]} steps of pretraining, then RTE fine-tuning (about 1.5 "
-          "minutes on 2 idle CPU cores, longer on a busy machine)", flush=True)
+    print(f"the golden runs: {golden.CHECKED_STEPS[-1]} steps of pretraining, then RTE fine-tuning (20 s to 1.5 "
+          "minutes on 2 idle CPU cores, by the machine; longer on a busy one)", flush=True)
     with tempfile.TemporaryDirectory() as workdir:
         pretraining, checkpoint = golden.run_pretraining(Path(workdir))
         glue = golden.run_glue_subset(checkpoint, args.glue_dir, Path(workdir))

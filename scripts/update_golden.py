@@ -1,7 +1,7 @@
 """Re-record the golden numbers in tests/golden/ on purpose (--check: compare only; the work: cramming.bench.golden).
 
-    python scripts/update_golden.py            # after a deliberate change; commit the diff with its reason
-    python scripts/update_golden.py --check    # does this machine reproduce them?
+    python scripts/update_golden.py --glue-dir <GLUE folder>           # after a deliberate change; commit the diff
+    python scripts/update_golden.py --check --glue-dir <GLUE folder>   # does this machine reproduce them?
 """
 
 from cramming.cli.update_golden import main

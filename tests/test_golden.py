@@ -1,6 +1,9 @@
 """The golden runs: what pretraining and GLUE fine-tuning compute is pinned in tests/golden/. A failure
-means training changed: find why, and if it is deliberate, run `python scripts/update_golden.py` and
-commit the new numbers with the reason in the message."""
+means training changed: find why, and if it is deliberate, run `python scripts/update_golden.py
+--glue-dir <GLUE folder>` and commit the new numbers with the reason in the message."""
+
+import subprocess
+import sys
 
 import pytest
 
@@ -94,3 +97,15 @@ def test_the_check_says_what_it_runs_and_shows_the_runs_progress(tmp_path, monke
     lines = capsys.readouterr().out.splitlines()
     assert stop.value.code == 0 and lines[0].startswith("the golden runs: 60 steps of pretraining, then RTE")
     assert lines[1:] == ["step 1 | the run's own progress line", "matches the golden numbers"]
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ([], "error: --glue-dir <folder> is needed: a folder of the classic GLUE TSVs (RTE/train.tsv, ...)"),
+    (["--glue-dir", "{tmp}"], "error: --glue-dir {tmp} has no RTE/ folder (the GLUE golden run fine-tunes on RTE)"),
+])
+def test_the_golden_check_without_glue_is_one_line(tmp_path, arguments, message):
+    run = subprocess.run([sys.executable, "scripts/update_golden.py", "--check",
+                          *[argument.format(tmp=tmp_path) for argument in arguments]],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == message.format(tmp=tmp_path)

@@ -1,6 +1,7 @@
 """The golden runs: a small, fully deterministic pretraining and GLUE fine-tuning whose numbers are pinned
 in tests/golden/, so that any change in what training computes (a package update, a refactor, a
-"harmless" speed-up) shows the same day. `python scripts/update_golden.py` re-records them on purpose.
+"harmless" speed-up) shows the same day. `python scripts/update_golden.py --glue-dir <GLUE folder>` re-records
+them on purpose.
 
 Everything is fixed: a synthetic corpus made here (no download, no dependence on the Python version),
 a deterministic tokenizer, step-based progress, seeded data order, masking and initialization, and

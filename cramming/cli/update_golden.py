@@ -1,5 +1,6 @@
 """Re-record the golden numbers in tests/golden/ on purpose, or check this machine against them:
-`python scripts/update_golden.py [--check]`. Commit a changed golden file with the reason in the message."""
+`python scripts/update_golden.py [--check] --glue-dir <GLUE folder>`. Commit a changed golden file with the
+reason in the message."""
 
 import argparse
 import logging
@@ -15,17 +16,18 @@ from cramming.provenance import provenance
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 GOLDEN_DIR = CHECKOUT / "tests" / "golden"
-GLUE_DIR = CHECKOUT.parent / "shared" / "data" / "glue"
 
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare with the stored numbers; write nothing")
-    parser.add_argument("--glue-dir", type=Path, default=GLUE_DIR, help="classic GLUE TSV directory (RTE)")
+    parser.add_argument("--glue-dir", type=Path, help="classic GLUE TSV directory (RTE)")
     args = parser.parse_args(argv)
     if not GOLDEN_DIR.is_dir():
         raise CrammingError(f"{GOLDEN_DIR} not found: run this from a checkout of the repository")
+    if args.glue_dir is None:
+        raise CrammingError("--glue-dir <folder> is needed: a folder of the classic GLUE TSVs (RTE/train.tsv, ...)")
     if not (args.glue_dir / "RTE").is_dir():
         raise CrammingError(f"--glue-dir {args.glue_dir} has no RTE/ folder (the GLUE golden run fine-tunes on RTE)")
     torch.set_flush_denormal(True)

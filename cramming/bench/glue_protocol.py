@@ -30,6 +30,7 @@ from cramming.eval.compiled import compiles
 from cramming.eval.encoders import open_encoder
 from cramming.eval.finetune import finetune
 from cramming.eval.tasks.base import DataMissing
+from cramming.eval.tasks.glue import classic_glue_dir
 from cramming.eval.tasks.registry import GlueConfig, task_named
 from cramming.engine.precision import Precision
 
@@ -100,11 +101,7 @@ def main() -> None:
     if unknown or not chosen:
         raise CrammingError(f"--tasks {args.tasks}: {', '.join(unknown) or 'none given'}; choose from "
                             f"{', '.join(FULL_SIZES)}")
-    if args.glue_dir is None:
-        raise CrammingError("--glue-dir <folder> is needed: a folder of the classic GLUE TSVs (RTE/train.tsv, ...)")
-    if not (args.glue_dir / "RTE" / "train.tsv").is_file():
-        raise CrammingError(f"--glue-dir {args.glue_dir}: {args.glue_dir / 'RTE' / 'train.tsv'} not found "
-                            "(a classic GLUE TSV directory)")
+    classic_glue_dir(args.glue_dir, "RTE/train.tsv")
     device = resolve_device(args.device, "--device")
     prepare_device(device)
     precision = Precision.resolve("auto", device, "precision")

@@ -26,11 +26,12 @@ import torch
 from cramming.data.config import NormalizeConfig, TokenizerConfig
 from cramming.data.tokenizer import as_transformers_tokenizer, train_tokenizer
 from cramming.engine.device import prepare_device, resolve_device
-from cramming.errors import CrammingError, exit_on_user_error
+from cramming.errors import exit_on_user_error
 from cramming.eval.batching import subset
 from cramming.eval.tasks.registry import GlueConfig
 from cramming.eval.encoders import open_encoder
 from cramming.eval.finetune import evaluate, finetune
+from cramming.eval.tasks.glue import classic_glue_dir
 from cramming.eval.tasks.registry import task_named
 from cramming.engine.precision import Precision
 from cramming.model import ModelConfig, build_mlm_model
@@ -74,8 +75,7 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=4096)
     parser.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda or cuda:<index>")
     args = parser.parse_args()
-    if args.glue_dir is None:
-        raise CrammingError("--glue-dir <folder> is needed: a folder of the classic GLUE TSVs (RTE/train.tsv, ...)")
+    classic_glue_dir(args.glue_dir)
     device = resolve_device(args.device, "--device")
     left_out = args.examples is None or args.repeats is None
     examples, repeats = SIZES["cpu" if device.type == "cpu" else "gpu"]
@@ -84,10 +84,7 @@ def main() -> None:
     if device.type == "cpu" and left_out:
         print(f"on the CPU: --examples {args.examples} --repeats {args.repeats}, to end in minutes (a GPU's "
               f"{SIZES['gpu'][0]} x {SIZES['gpu'][1]} takes over 10 minutes here); set them to choose", flush=True)
-    missing = [path for path in (args.glue_dir / "RTE" / "train.tsv", args.glue_dir / "MRPC" / "train.tsv")
-               if not path.is_file()]
-    if missing:
-        raise CrammingError(f"--glue-dir {args.glue_dir}: {missing[0]} not found (a classic GLUE TSV directory)")
+    classic_glue_dir(args.glue_dir, "RTE/train.tsv", "MRPC/train.tsv")
 
     prepare_device(device)
     precision = Precision.resolve("fp32", device, "precision")

@@ -12,6 +12,7 @@ import torch
 
 from cramming.bench import golden
 from cramming.errors import CrammingError, exit_on_user_error
+from cramming.eval.tasks.glue import classic_glue_dir
 from cramming.provenance import provenance
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -26,9 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not GOLDEN_DIR.is_dir():
         raise CrammingError(f"{GOLDEN_DIR} not found: run this from a checkout of the repository")
-    if args.glue_dir is None:
-        raise CrammingError("--glue-dir <folder> is needed: a folder of the classic GLUE TSVs (RTE/train.tsv, ...)")
-    if not (args.glue_dir / "RTE").is_dir():
+    if not (classic_glue_dir(args.glue_dir) / "RTE").is_dir():
         raise CrammingError(f"--glue-dir {args.glue_dir} has no RTE/ folder (the GLUE golden run fine-tunes on RTE)")
     torch.set_flush_denormal(True)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)  # the runs' progress lines

@@ -75,7 +75,9 @@ class Step:
                  precision: Precision, batches: Iterator[dict], *, points: StepPoints | None = None,
                  grad_clip: float | None = None, skip_nonfinite: bool = True, dist: Ranks | None = None):
         self.network, self.optimizer, self.scaler = network, optimizer, scaler
-        self.autocast = precision.autocast()  # the precision's, made once and entered anew for each microbatch
+        # the precision's, made once and entered anew for each microbatch; torch's autocast keeps the state it
+        # restores on itself, so it must never be entered twice at once (a hook may not call backward inside it)
+        self.autocast = precision.autocast()
         self.batches, self.points = batches, points or StepPoints()
         self.grad_clip, self.skip_nonfinite = grad_clip, skip_nonfinite
         self.dist = dist if dist is not None and dist.enabled else None

@@ -31,7 +31,6 @@ from cramming.train.reporting import format_duration
 from cramming.train.stopping import simulated_microbatch_seconds
 
 
-
 def preflight(cfg) -> int:
     """Everything check_run checks, the data source's first records, one microbatch forward and backward, and
     the plan (printed); 0 when the run would start cleanly, 2 after listing every problem."""

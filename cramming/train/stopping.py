@@ -124,8 +124,6 @@ def simulated_microbatch_seconds() -> float | None:
     return seconds
 
 
-
-
 @dataclass
 class StoppingRule:
     """By the budget clock (train.progress=budget: f is the elapsed fraction of the budget) or by steps

@@ -195,6 +195,17 @@ REFERENCE_ROWS: dict[str, tuple[float, ...]] = {
 }
 
 
+def classic_glue_dir(folder: Optional[Path], *needed: str) -> Path:
+    """The `--glue-dir` of a benchmark or the golden check: these read local TSVs only (no hub fallback), so a
+    folder not given, or one without the files named, is one line."""
+    if folder is None:
+        raise CrammingError("--glue-dir <folder> is needed: a folder of the classic GLUE TSVs (RTE/train.tsv, ...)")
+    missing = [folder / path for path in needed if not (folder / path).is_file()]
+    if missing:
+        raise CrammingError(f"--glue-dir {folder}: {missing[0]} not found (a classic GLUE TSV directory)")
+    return folder
+
+
 def glue_average(scores: dict[str, dict[str, float]]) -> tuple[Optional[float], list[str]]:
     """Mean of the protocol numbers present in `scores` (by split), and the splits it averaged."""
     present = [(split, metric) for split, metric in PROTOCOL_NUMBERS if split in scores]

@@ -3,10 +3,10 @@ and the registry everything else asks: the config schema (their settings), the c
 events), the microbatch search, the checkpointer and the benchmark. None of those names a technique.
 
 Adding one: its file (the Technique subclass and its settings), one line in the registry TECHNIQUES
-(cramming.plugins.Registry), a test, a sweep row and
-a paragraph in docs/ablations.md. The order of TECHNIQUES is the order the trainer calls them in: a loss
-changed by one (importance weights) is what the next (distillation) changes further; model surgery runs in
-this order too (activation checkpointing before fp8's conversion); step wrappers stack in it.
+(cramming.plugins.Registry), a test, a sweep row and a paragraph in docs/ablations.md. The order of TECHNIQUES is
+the order the trainer calls them in: a loss changed by one (importance weights) is what the next (distillation)
+changes further; model surgery runs in this order too (activation checkpointing before fp8's conversion); step
+wrappers stack in it.
 """
 
 import functools

@@ -31,7 +31,7 @@ import torch
 
 from cramming.data.store import PreparedDataset
 from cramming.data.stream import Microbatches
-from cramming.plugins import Plugin, Setting
+from cramming.plugins import Plugin
 from cramming.train.callbacks import Callback
 
 
@@ -52,7 +52,6 @@ class Technique(Plugin, Callback):
     override: str = ""  # the override that switches it on, as messages name it
     switch: str = ""  # the config key that switches it on (`train.z_loss.weight`)
     switch_value: Any = None  # on when `switch` holds this value (`train.sampling` = importance); None: when set
-    settings: tuple[Setting, ...] = ()
     arch_needs: dict[str, Any] = {}  # arch keys it needs, set where the arch leaves them null (fill_arch_needs)
     conflicts: dict[str, str] = {}  # another technique's name -> why the two do not combine
     variant_overrides: tuple[str, ...] = ()
